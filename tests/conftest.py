@@ -1,0 +1,122 @@
+"""Shared fixtures. Real-engine studies are session-scoped: each engine start costs about a minute."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_ENGINE = "tests.fake_engine"
+
+COPY_PROMPTS = [
+    "Rewrite this Python function with type hints:\n\ndef add(a, b):\n    total = a + b\n    return total\n",
+    "Quote this sentence exactly and then summarise it: 'The quick brown fox jumps over the lazy dog.'",
+    "Return this list with every item in upper case:\n- apples\n- bread\n- milk\n- eggs",
+]
+OPEN_PROMPTS = ["Write a short poem about the sea.", "Explain what a hash map is."]
+
+
+def write_prompts(path: Path, n: int = 5) -> Path:
+    texts = (COPY_PROMPTS + OPEN_PROMPTS) * 4
+    with path.open("w") as fh:
+        for i, text in enumerate(texts[:n]):
+            fh.write(json.dumps({"id": f"p{i}", "messages": [{"role": "user", "content": text}]}) + "\n")
+    return path
+
+
+def study_dict(tmp: Path, name: str = "test-study", **overrides: Any) -> dict[str, Any]:
+    """A small study in ``tmp``; ``overrides`` replace top-level sections."""
+    prompts = write_prompts(tmp / "prompts.jsonl")
+    data: dict[str, Any] = {
+        "name": name,
+        "target": {
+            "model": "demo:SmolLM2-135M-Instruct",
+            "dtype": "float32",
+            "max_model_len": 512,
+            "engine_args": {"kv_cache_memory_bytes": 512 * 1024 * 1024},
+        },
+        "candidates": [
+            {"name": "none", "method": "none"},
+            {"name": "ngram", "method": "ngram", "num_speculative_tokens": [1, 6],
+             "prompt_lookup_max": [2, 4], "prompt_lookup_min": [1, 2]},
+            {"name": "draft-4l", "method": "draft_model", "model": "demo:SmolLM2-135M-Instruct-4L",
+             "num_speculative_tokens": [1, 3]},
+        ],
+        "search": {"enforce_eager": [True], "seed": 1, "startup_trials": 2},
+        "workload": {"prompts": str(prompts), "max_tokens": 24, "batch_sizes": [4], "repeats": 2, "warmup_prompts": 1},
+        "budget": {"trials": 3, "trial_timeout_s": 600},
+        "storage": f"sqlite:///{tmp / 'optuna.db'}",
+        "tracking": {"uri": f"sqlite:///{tmp / 'mlflow.db'}", "experiment": name},
+    }
+    data.update(overrides)
+    return data
+
+
+def write_study(tmp: Path, data: dict[str, Any]) -> Path:
+    path = tmp / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 3000) -> CliResult:
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(ROOT)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture()
+def fake_engine(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("SPECDEC_TUNER_ENGINE_MODULE", FAKE_ENGINE)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return FAKE_ENGINE
+
+
+@dataclass
+class RealStudy:
+    dir: Path
+    study_path: Path
+    storage: str
+    tracking_uri: str
+    export_path: Path
+    result: CliResult
+
+
+@pytest.fixture(scope="session")
+def demo_models() -> None:
+    from tuner.models.demo import prepare_demo
+
+    prepare_demo(log=lambda m: None)
+
+
+@pytest.fixture(scope="session")
+def real_study(tmp_path_factory: pytest.TempPathFactory, demo_models: None) -> RealStudy:
+    """One real CPU-vLLM study shared by the engine tests: baseline, an n-gram trial, a draft trial."""
+    tmp = tmp_path_factory.mktemp("real-study")
+    data = study_dict(tmp, name="real-study")
+    data["search"]["first_trials"] = [
+        {"candidate": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
+        {"candidate": "draft-4l", "num_speculative_tokens": 2},
+    ]
+    path = write_study(tmp, data)
+    export = tmp / "best.yaml"
+    result = run_cli(["optimize", "--study", str(path), "--export", str(export)], cwd=tmp)
+    return RealStudy(tmp, path, data["storage"], data["tracking"]["uri"], export, result)

