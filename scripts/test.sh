@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-cpu.sh
+bash scripts/install-services.sh
 .venv/bin/ruff check tuner tests benchmarks
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

@@ -45,10 +45,19 @@ def study_dict(tmp: Path, name: str = "test-study", **overrides: Any) -> dict[st
         },
         "candidates": [
             {"name": "none", "method": "none"},
-            {"name": "ngram", "method": "ngram", "num_speculative_tokens": [1, 6],
-             "prompt_lookup_max": [2, 4], "prompt_lookup_min": [1, 2]},
-            {"name": "draft-4l", "method": "draft_model", "model": "demo:SmolLM2-135M-Instruct-4L",
-             "num_speculative_tokens": [1, 3]},
+            {
+                "name": "ngram",
+                "method": "ngram",
+                "num_speculative_tokens": [1, 6],
+                "prompt_lookup_max": [2, 4],
+                "prompt_lookup_min": [1, 2],
+            },
+            {
+                "name": "draft-4l",
+                "method": "draft_model",
+                "model": "demo:SmolLM2-135M-Instruct-4L",
+                "num_speculative_tokens": [1, 3],
+            },
         ],
         "search": {"enforce_eager": [True], "seed": 1, "startup_trials": 2},
         "workload": {"prompts": str(prompts), "max_tokens": 24, "batch_sizes": [4], "repeats": 2, "warmup_prompts": 1},

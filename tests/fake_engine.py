@@ -6,6 +6,7 @@ Throughput is a deterministic function of the speculative settings; behaviour is
   fake_crash_k: exit 1 with a vLLM-like error when num_speculative_tokens equals it
   fake_invalid_k: exit 1 with a ValidationError when num_speculative_tokens equals it
   fake_hang_k: sleep forever when num_speculative_tokens equals it
+  fake_hang_file: sleep forever while this file exists (tests remove it to let a retry pass)
   fake_repeat_s: seconds each measured repeat takes (default 0.05)
 """
 
@@ -21,7 +22,7 @@ from tuner.spec_metrics import SpecStats
 
 
 def throughput(spec: dict | None, batch_size: int) -> tuple[float, SpecStats]:
-    base = 100.0 * batch_size ** 0.5
+    base = 100.0 * batch_size**0.5
     if not spec:
         return base, SpecStats()
     k = spec["num_speculative_tokens"]
@@ -34,7 +35,9 @@ def throughput(spec: dict | None, batch_size: int) -> tuple[float, SpecStats]:
     drafts = 100
     accepted = int(drafts * k * rate)
     per_pos = [int(drafts * rate ** (i + 1)) for i in range(k)]
-    return base * gain, SpecStats(drafts=drafts, draft_tokens=drafts * k, accepted_tokens=accepted, accepted_per_pos=per_pos)
+    return base * gain, SpecStats(
+        drafts=drafts, draft_tokens=drafts * k, accepted_tokens=accepted, accepted_per_pos=per_pos
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -51,6 +54,9 @@ def main(argv: list[str]) -> int:
         print("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig", flush=True)
         return 1
     if k is not None and k == kwargs.get("fake_hang_k"):
+        time.sleep(3600)
+    hang_file = kwargs.get("fake_hang_file")
+    if spec and hang_file and Path(hang_file).exists():
         time.sleep(3600)
     t0 = time.perf_counter()
     progress = outdir / PROGRESS_FILE
@@ -71,15 +77,25 @@ def main(argv: list[str]) -> int:
             jitter = 1.0 + 0.01 * ((r % 3) - 1)
             out_tokens = request.max_tokens * len(request.prompts)
             m = RepeatMeasurement(
-                batch_size=bs, repeat=r, output_tokens=out_tokens, elapsed_s=out_tokens / (tps * jitter),
-                ttft_s=[0.01] * len(request.prompts), tpot_s=[1.0 / tps] * len(request.prompts), spec=stats,
+                batch_size=bs,
+                repeat=r,
+                output_tokens=out_tokens,
+                elapsed_s=out_tokens / (tps * jitter),
+                ttft_s=[0.01] * len(request.prompts),
+                tpot_s=[1.0 / tps] * len(request.prompts),
+                spec=stats,
             )
             repeats.append(m)
             emit("repeat", m)
         tokens[bs] = [[i, i + 1, i + 2] for i in range(len(request.prompts))]
     result = EngineResult(
-        engine_start_s=0.01, warmup_s=0.0, repeats=repeats, token_ids=tokens,
-        vllm_version="fake", torch_version="fake", device="cpu (fake)",
+        engine_start_s=0.01,
+        warmup_s=0.0,
+        repeats=repeats,
+        token_ids=tokens,
+        vllm_version="fake",
+        torch_version="fake",
+        device="cpu (fake)",
     )
     (outdir / RESULT_FILE).write_text(result.model_dump_json())
     return 0

@@ -110,9 +110,12 @@ def test_prompt_file_errors_name_the_line(tmp_path: Path) -> None:
 def test_prompt_formats(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     path.write_text(
-        json.dumps({"prompt": "raw text"}) + "\n\n"
-        + json.dumps({"id": "chat", "messages": [{"role": "user", "content": "hi"}]}) + "\n"
-        + json.dumps("plain string") + "\n"
+        json.dumps({"prompt": "raw text"})
+        + "\n\n"
+        + json.dumps({"id": "chat", "messages": [{"role": "user", "content": "hi"}]})
+        + "\n"
+        + json.dumps("plain string")
+        + "\n"
     )
     prompts = load_prompts(path)
     assert [p.id for p in prompts] == ["1", "chat", "4"]

@@ -68,19 +68,26 @@ def test_compare_tokens() -> None:
 
 
 def _repeat(bs: int, r: int, tokens: int, seconds: float) -> RepeatMeasurement:
-    return RepeatMeasurement(batch_size=bs, repeat=r, output_tokens=tokens, elapsed_s=seconds,
-                             ttft_s=[0.1, 0.3], tpot_s=[0.01, 0.02])
+    return RepeatMeasurement(
+        batch_size=bs, repeat=r, output_tokens=tokens, elapsed_s=seconds, ttft_s=[0.1, 0.3], tpot_s=[0.01, 0.02]
+    )
 
 
 def test_score_result_weights_levels_and_speedup(tmp_path: Path) -> None:
     data = study_dict(tmp_path)
     data["workload"].update({"batch_sizes": [1, 8], "batch_weights": [3, 1], "repeats": 3})
     study = load_study(write_study(tmp_path, data))
-    base = EngineResult(engine_start_s=1, warmup_s=0, repeats=[
-        *(_repeat(1, r, 100, 1.0) for r in range(3)), *(_repeat(8, r, 400, 1.0) for r in range(3))])
-    fast = EngineResult(engine_start_s=1, warmup_s=0, repeats=[
-        *(_repeat(1, r, 200, 1.0) for r in range(3)), *(_repeat(8, r, 400, 1.0) for r in range(3))],
-        token_ids={1: [[1, 2]], 8: [[1, 3]]})
+    base = EngineResult(
+        engine_start_s=1,
+        warmup_s=0,
+        repeats=[*(_repeat(1, r, 100, 1.0) for r in range(3)), *(_repeat(8, r, 400, 1.0) for r in range(3))],
+    )
+    fast = EngineResult(
+        engine_start_s=1,
+        warmup_s=0,
+        repeats=[*(_repeat(1, r, 200, 1.0) for r in range(3)), *(_repeat(8, r, 400, 1.0) for r in range(3))],
+        token_ids={1: [[1, 2]], 8: [[1, 3]]},
+    )
     base_m = score_result(base, study)
     m = score_result(fast, study, base_m, {1: [[1, 2]], 8: [[1, 2]]})
     assert base_m.tokens_per_s == pytest.approx(0.75 * 100 + 0.25 * 400)

@@ -31,7 +31,12 @@ def test_study_runs_baseline_first_and_logs_every_trial(tmp_path: Path, fake_eng
     assert len(trials) == 6
     first = store.trial_spec(trials[0])
     assert first is not None and first.is_baseline
-    assert sum(1 for t in trials if (s := store.trial_spec(t)) and s.is_baseline and store.DUPLICATE_OF not in t.user_attrs) == 1
+    assert (
+        sum(
+            1 for t in trials if (s := store.trial_spec(t)) and s.is_baseline and store.DUPLICATE_OF not in t.user_attrs
+        )
+        == 1
+    )
 
     client = MlflowClient(data["tracking"]["uri"])
     exp = client.get_experiment_by_name(data["name"])
@@ -53,9 +58,7 @@ def test_failures_are_classified_and_the_study_goes_on(tmp_path: Path, fake_engi
     data = study_dict(tmp_path, budget={"trials": 4, "trial_timeout_s": 5})
     data["target"]["engine_args"].update({"fake_crash_k": 1, "fake_invalid_k": 2, "fake_hang_k": 3})
     data["candidates"] = [{"name": "ngram", "method": "ngram", "num_speculative_tokens": [1, 6]}]
-    data["search"]["first_trials"] = [
-        {"candidate": "ngram", "num_speculative_tokens": k} for k in (1, 2, 3)
-    ]
+    data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": k} for k in (1, 2, 3)]
     assert _run(tmp_path, data) == 0
     study = _load(data)
     by_k = {}

@@ -42,18 +42,30 @@ def test_baseline_always_a_candidate(tmp_path: Path) -> None:
 def test_ngram_suggestion_clips_min_to_max(tmp_path: Path) -> None:
     study = _study(tmp_path)
     spec = suggest(
-        FixedTrial({"candidate": "ngram", "enforce_eager": True, "ngram.num_speculative_tokens": 5,
-                    "ngram.prompt_lookup_max": 2, "ngram.prompt_lookup_min": 2}),
+        FixedTrial(
+            {
+                "candidate": "ngram",
+                "enforce_eager": True,
+                "ngram.num_speculative_tokens": 5,
+                "ngram.prompt_lookup_max": 2,
+                "ngram.prompt_lookup_min": 2,
+            }
+        ),
         study,
     )
     assert spec.speculative_config() == {
-        "method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 2, "prompt_lookup_min": 2,
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_max": 2,
+        "prompt_lookup_min": 2,
     }
 
 
 def test_draft_suggestion_and_llm_kwargs(tmp_path: Path) -> None:
     study = _study(tmp_path)
-    spec = suggest(FixedTrial({"candidate": "draft-4l", "enforce_eager": True, "draft-4l.num_speculative_tokens": 2}), study)
+    spec = suggest(
+        FixedTrial({"candidate": "draft-4l", "enforce_eager": True, "draft-4l.num_speculative_tokens": 2}), study
+    )
     kwargs = llm_kwargs(study.target, "/models/target", spec)
     assert kwargs["speculative_config"]["method"] == "draft_model"
     assert kwargs["speculative_config"]["model"].endswith("SmolLM2-135M-Instruct-4L")
@@ -82,7 +94,9 @@ def test_first_trials_become_optuna_params(tmp_path: Path) -> None:
     data = study_dict(tmp_path)
     data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": 2}]
     study = load_study(write_study(tmp_path, data))
-    assert first_trial_params(study) == [{"candidate": "ngram", "enforce_eager": True, "ngram.num_speculative_tokens": 2}]
+    assert first_trial_params(study) == [
+        {"candidate": "ngram", "enforce_eager": True, "ngram.num_speculative_tokens": 2}
+    ]
 
 
 def test_space_works_with_a_real_optuna_trial(tmp_path: Path) -> None:

@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = sub.add_parser("models", help="demo model management")
     models_sub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
-    prep = models_sub.add_parser("prepare-demo", help="build SmolLM2-135M-Instruct and its drafts from the packaged GGUF")
+    prep = models_sub.add_parser(
+        "prepare-demo", help="build SmolLM2-135M-Instruct and its drafts from the packaged GGUF"
+    )
     prep.add_argument("--force", action="store_true", help="rebuild even if prepared")
 
     pair = sub.add_parser("check-pair", help="check that a draft model can serve a target model")
@@ -116,8 +118,20 @@ COMMANDS = {
 }
 
 
+def _quiet_libraries() -> None:
+    """Library chatter (experimental-API warnings, MLflow's table creation) hides the progress display."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*experimental.*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    for name in ("mlflow", "alembic", "optuna"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet_libraries()
     try:
         return COMMANDS[args.command](args)
     except UserError as exc:

@@ -26,9 +26,7 @@ def render_prompts(tokenizer: Any, prompts: list[Prompt]) -> list[str]:
     rendered = []
     for prompt in prompts:
         if prompt.messages is not None:
-            rendered.append(
-                tokenizer.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=False)
-            )
+            rendered.append(tokenizer.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=False))
         else:
             rendered.append(prompt.text or "")
     return rendered

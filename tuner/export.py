@@ -65,7 +65,9 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     lines.append(f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s (median of repeats)")
     if baseline is not None:
         base = _metrics(baseline)
-        lines.append(f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {baseline.number})")
+        lines.append(
+            f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {baseline.number})"
+        )
         ratio = metrics.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0
         lines.append(f"# speedup over no speculation: {ratio:.2f}x")
         for level in metrics.levels:

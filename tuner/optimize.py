@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner import study_store as store
+from tuner.errors import UserError
 from tuner.measurement import ProgressEvent, TrialRequest
 from tuner.preflight import Preflight, run_preflight
 from tuner.progress import ProgressView
@@ -50,7 +52,7 @@ class StudyRunner:
         self.budget = options.n_trials or config.budget.trials
         self.storage_url = options.storage or config.storage
         self.tracking_uri = options.tracking_uri or config.tracking.uri
-        self.workdir = (options.workdir or Path("tuner-runs")) / config.name
+        self.workdir = ((options.workdir or Path("tuner-runs")) / config.name).resolve()
         self.show_progress = options.show_progress
         self.prompts: list[Prompt] = []
         self.preflight: Preflight | None = None
@@ -66,9 +68,11 @@ class StudyRunner:
         if self.config.workload.max_prompts:
             self.prompts = self.prompts[: self.config.workload.max_prompts]
         self.preflight = run_preflight(self.config)
+        for name, reason in self.preflight.rejected.items():
+            print(f"warning: candidate '{name}' removed from the search space: {reason}", file=sys.stderr)
         storage = store.open_storage(self.storage_url)
+        self.tracker = open_tracker(self.tracking_uri, self.config.experiment_name)
         self.study = self._create_study(storage)
-        self.tracker = Tracker(self.tracking_uri, self.config.experiment_name)
         self._open_parent()
 
     def _create_study(self, storage: Any) -> optuna.Study:
@@ -90,8 +94,12 @@ class StudyRunner:
                 cfg.pruning.percentile, n_startup_trials=cfg.pruning.startup_trials, n_warmup_steps=0
             )
         study = optuna.create_study(
-            study_name=cfg.name, storage=storage, sampler=sampler, pruner=pruner,
-            direction="maximize", load_if_exists=True,
+            study_name=cfg.name,
+            storage=storage,
+            sampler=sampler,
+            pruner=pruner,
+            direction="maximize",
+            load_if_exists=True,
         )
         mark = store.fingerprint(cfg.model_dump(mode="json", exclude={"budget", "tracking", "storage", "description"}))
         existing = study.user_attrs.get(store.FINGERPRINT)
@@ -99,8 +107,6 @@ class StudyRunner:
             study.set_user_attr(store.FINGERPRINT, mark)
             study.set_user_attr(store.STUDY_FILE, self.study_text)
         elif existing != mark:
-            from tuner.errors import UserError
-
             raise UserError(
                 f"name: study '{cfg.name}' already exists in {self.storage_url} with other settings "
                 "(target, candidates, search or workload changed); fix: give the study a new name or use another storage"
@@ -110,7 +116,9 @@ class StudyRunner:
     def _open_parent(self) -> None:
         assert self.study is not None and self.tracker is not None
         previous = self.study.user_attrs.get(store.PARENT_RUN)
-        self.parent_run = self.tracker.open_parent(previous, self.config.name, {"optuna.storage": _safe_url(self.storage_url)})
+        self.parent_run = self.tracker.open_parent(
+            previous, self.config.name, {"optuna.storage": _safe_url(self.storage_url)}
+        )
         if previous != self.parent_run:
             self.study.set_user_attr(store.PARENT_RUN, self.parent_run)
             self.tracker.log_text(self.parent_run, self.study_text, "study.yaml")
@@ -171,7 +179,10 @@ class StudyRunner:
 
         self.view.trial_started(trial.number, spec.label())
         run_id = self.tracker.start_trial(
-            self.parent_run, self.config.name, trial.number, spec.label(),
+            self.parent_run,
+            self.config.name,
+            trial.number,
+            spec.label(),
             {"method": spec.method, "candidate": spec.candidate, "is_baseline": str(spec.is_baseline).lower()},
         )
         trial.set_user_attr(store.MLFLOW_RUN, run_id)
@@ -244,7 +255,9 @@ class StudyRunner:
         else:
             metrics = score_result(result, self.config, base_metrics, tokens)
         trial.set_user_attr(store.METRICS, metrics.model_dump(mode="json"))
-        trial.set_user_attr(store.ENGINE, {"vllm": result.vllm_version, "torch": result.torch_version, "device": result.device})
+        trial.set_user_attr(
+            store.ENGINE, {"vllm": result.vllm_version, "torch": result.torch_version, "device": result.device}
+        )
         tracker.log_metrics(run_id, metrics.flat())
         tracker.log_stepped(run_id, "accepted_per_pos_rate", metrics.spec.per_position_rate)
         for level in metrics.levels:
@@ -276,7 +289,8 @@ class StudyRunner:
     def _best_label(self, score: float, spec: TrialSpec) -> str | None:
         assert self.study is not None
         best = store.best_trial(self.study)
-        best_score = (store.trial_metrics(best).score if best and store.trial_metrics(best) else float("-inf"))
+        best_metrics = store.trial_metrics(best) if best else None
+        best_score = best_metrics.score if best_metrics else float("-inf")
         if score >= best_score:
             return f"{spec.label()} ({score:.1f})"
         if best is not None:
@@ -298,8 +312,11 @@ class StudyRunner:
         trial.set_user_attr(store.DUPLICATE_OF, source.number)
         trial.set_user_attr(store.METRICS, source.user_attrs[store.METRICS])
         run_id = self.tracker.start_trial(
-            self.parent_run, self.config.name, trial.number, spec.label() + " (repeat of trial "
-            f"{source.number})", {"method": spec.method, "candidate": spec.candidate, "duplicate_of": str(source.number)},
+            self.parent_run,
+            self.config.name,
+            trial.number,
+            spec.label() + f" (repeat of trial {source.number})",
+            {"method": spec.method, "candidate": spec.candidate, "duplicate_of": str(source.number)},
         )
         trial.set_user_attr(store.MLFLOW_RUN, run_id)
         self.tracker.log_params(run_id, spec.mlflow_params())
@@ -349,7 +366,9 @@ class _PruneHook:
         if self.view:
             rate = m.spec.acceptance_rate
             acc = f", {rate:.0%} accepted" if rate is not None else ""
-            self.view.note(f"trial {self.trial.number}: batch {m.batch_size} repeat {m.repeat + 1}: {m.tokens_per_s:.1f} tok/s{acc}")
+            self.view.note(
+                f"trial {self.trial.number}: batch {m.batch_size} repeat {m.repeat + 1}: {m.tokens_per_s:.1f} tok/s{acc}"
+            )
         if self.spec.is_baseline or not self.config.pruning.enabled:
             return None
         rate = m.spec.acceptance_rate
@@ -401,6 +420,16 @@ def _safe_url(url: str) -> str:
         user = creds.split(":", 1)[0]
         return f"{scheme}://{user}:***@{host}"
     return url
+
+
+def open_tracker(uri: str, experiment: str) -> Tracker:
+    try:
+        return Tracker(uri, experiment)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(
+            f"tracking.uri: cannot open MLflow at '{uri}' ({first[:200]}); fix: check --tracking-uri or tracking.uri"
+        ) from None
 
 
 def optimize(study_path: Path, options: OptimizeOptions) -> StudyRunner:

@@ -102,7 +102,8 @@ def compare_pair(target: str, draft: str, trust_remote_code: bool = False, load_
     rows.append(PairRow("embedding rows (config vocab_size)", str(t_emb), str(d_emb), t_emb == d_emb))
 
     mismatched = [
-        i for i, text in enumerate(PROBE_TEXTS)
+        i
+        for i, text in enumerate(PROBE_TEXTS)
         if t_tok.encode(text, add_special_tokens=False) != d_tok.encode(text, add_special_tokens=False)
     ]
     rows.append(
@@ -133,9 +134,7 @@ def compare_pair(target: str, draft: str, trust_remote_code: bool = False, load_
                 "drafting may cost as much as it saves"
             )
         elif ratio > high * 5:
-            report.advice.append(
-                f"the draft is very small for this target ({ratio:.0f}:1): expect low acceptance"
-            )
+            report.advice.append(f"the draft is very small for this target ({ratio:.0f}:1): expect low acceptance")
     return report
 
 

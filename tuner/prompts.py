@@ -41,7 +41,7 @@ def _parse_line(line: str, number: int, path: Path, field: str) -> Prompt:
     if isinstance(data, str):
         data = {"text": data}
     if not isinstance(data, dict):
-        raise UserError(f"{where}: expected an object; fix: use {{\"messages\": [...]}} or {{\"prompt\": \"...\"}}")
+        raise UserError(f'{where}: expected an object; fix: use {{"messages": [...]}} or {{"prompt": "..."}}')
     text = data.get("prompt", data.get("text"))
     messages = data.get("messages")
     if (text is None) == (messages is None):

@@ -148,7 +148,13 @@ def run_engine(
     start = time.monotonic()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", os.environ.get(ENGINE_MODULE_ENV, "tuner.engine_worker"), str(request_path), str(workdir)],
+            [
+                sys.executable,
+                "-m",
+                os.environ.get(ENGINE_MODULE_ENV, "tuner.engine_worker"),
+                str(request_path),
+                str(workdir),
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -144,9 +144,7 @@ def score_result(
     return metrics
 
 
-def compare_tokens(
-    reference: list[list[int]], candidate: list[list[int]]
-) -> tuple[float, list[int | None]]:
+def compare_tokens(reference: list[list[int]], candidate: list[list[int]]) -> tuple[float, list[int | None]]:
     """Share of prompts whose tokens match exactly, and each prompt's first differing position."""
     divergence: list[int | None] = []
     for ref, cand in zip(reference, candidate, strict=False):

@@ -45,7 +45,9 @@ class SpecStats(BaseModel):
             drafts=self.drafts + other.drafts,
             draft_tokens=self.draft_tokens + other.draft_tokens,
             accepted_tokens=self.accepted_tokens + other.accepted_tokens,
-            accepted_per_pos=[a + b for a, b in zip(pad(self.accepted_per_pos), pad(other.accepted_per_pos), strict=True)],
+            accepted_per_pos=[
+                a + b for a, b in zip(pad(self.accepted_per_pos), pad(other.accepted_per_pos), strict=True)
+            ],
         )
 
     def summary(self) -> dict[str, Any]:

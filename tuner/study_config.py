@@ -77,9 +77,9 @@ class Candidate(StrictModel):
         default_factory=dict, description="More speculative_config keys, passed to vLLM as given."
     )
 
-    _coerce_ranges = field_validator(
-        "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", mode="before"
-    )(classmethod(lambda cls, v: _int_range_field(v)))
+    _coerce_ranges = field_validator("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", mode="before")(
+        classmethod(lambda cls, v: _int_range_field(v))
+    )
 
     @model_validator(mode="after")
     def _method_rules(self) -> Candidate:

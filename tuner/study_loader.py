@@ -22,7 +22,9 @@ def load_study(path: str | Path) -> StudyConfig:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)}); fix: correct the syntax") from None
+        raise UserError(
+            f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)}); fix: correct the syntax"
+        ) from None
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a mapping of study settings; fix: see studies/smollm2-cpu.yaml")
     try:
@@ -51,7 +53,7 @@ def describe_validation_error(exc: ValidationError, root: type[BaseModel]) -> st
         return f"{field}: required; fix: add it"
     msg = err["msg"]
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     if "fix:" not in msg:
         value = err.get("input")
         shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__

@@ -47,9 +47,11 @@ def open_storage(url: str, heartbeat: bool = True) -> Any:
         if heartbeat:
             kwargs = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S}
         return optuna.storages.RDBStorage(url, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - any driver error means the URL is unusable
+    except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"storage: cannot open '{url}' ({first[:200]}); fix: check the URL and that the database is reachable") from None
+        raise UserError(
+            f"storage: cannot open '{url}' ({first[:200]}); fix: check the URL and that the database is reachable"
+        ) from None
 
 
 def load_existing(url: str, name: str) -> optuna.Study:

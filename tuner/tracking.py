@@ -24,9 +24,7 @@ SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 def redact(value: Any) -> Any:
     """Never write secrets such as HF_TOKEN to MLflow: drop keys that look like credentials."""
     if isinstance(value, dict):
-        return {
-            k: ("***" if any(m in str(k).upper() for m in SECRET_MARKERS) else redact(v)) for k, v in value.items()
-        }
+        return {k: ("***" if any(m in str(k).upper() for m in SECRET_MARKERS) else redact(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
     if isinstance(value, str):
@@ -56,7 +54,7 @@ class Tracker:
                 if run.info.experiment_id == self.experiment_id:
                     self.client.update_run(run_id, status="RUNNING")
                     return run_id
-            except Exception:  # noqa: BLE001 - missing or deleted run: start a new parent
+            except Exception:
                 pass
         run = self.client.create_run(
             self.experiment_id,
@@ -121,5 +119,5 @@ class Tracker:
     def status(self, run_id: str) -> str | None:
         try:
             return str(self.client.get_run(run_id).info.status)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None

