@@ -50,6 +50,13 @@ def _latencies(outputs: list[Any]) -> tuple[list[float], list[float]]:
     return ttft, tpot
 
 
+def fill_batch(prompts: list[str], batch_size: int) -> list[str]:
+    """A batch size above the prompt count cycles the prompts, so the engine really runs that many at once."""
+    if len(prompts) >= batch_size:
+        return prompts
+    return [prompts[i % len(prompts)] for i in range(batch_size)]
+
+
 class Progress:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -82,12 +89,13 @@ def run(request: TrialRequest, outdir: Path) -> EngineResult:
     repeats: list[RepeatMeasurement] = []
     token_ids: dict[int, list[list[int]]] = {}
     for batch_size in request.batch_sizes:
+        level_prompts = fill_batch(prompts, batch_size)
         for repeat in range(request.repeats):
             before = snapshot(llm.get_metrics())
             outputs: list[Any] = []
             start = time.perf_counter()
-            for i in range(0, len(prompts), batch_size):
-                outputs += llm.generate(prompts[i : i + batch_size], params, use_tqdm=False)
+            for i in range(0, len(level_prompts), batch_size):
+                outputs += llm.generate(level_prompts[i : i + batch_size], params, use_tqdm=False)
             elapsed = time.perf_counter() - start
             spec = diff(before, snapshot(llm.get_metrics()))
             ttft, tpot = _latencies(outputs)
@@ -101,10 +109,11 @@ def run(request: TrialRequest, outdir: Path) -> EngineResult:
                 spec=spec,
             )
             if repeat == 0:
-                token_ids[batch_size] = [list(o.outputs[0].token_ids) for o in outputs]
+                token_ids[batch_size] = [list(o.outputs[0].token_ids) for o in outputs[: len(prompts)]]
             repeats.append(measurement)
             progress.emit("repeat", measurement)
 
+    memory = _peak_memory(torch)
     return EngineResult(
         engine_start_s=engine_start_s,
         warmup_s=warmup_s,
@@ -113,7 +122,7 @@ def run(request: TrialRequest, outdir: Path) -> EngineResult:
         vllm_version=vllm.__version__,
         torch_version=torch.__version__,
         device=_device_name(torch),
-        peak_memory_bytes=_peak_memory(torch),
+        peak_memory_bytes=memory,
     )
 
 
@@ -126,8 +135,11 @@ def _device_name(torch: Any) -> str:
 
 
 def _peak_memory(torch: Any) -> int | None:
+    """GPU memory in use on the device while the engine is up (the model lives in vLLM's engine-core
+    process, so this process's own allocator statistics would read zero)."""
     if torch.cuda.is_available():
-        return int(torch.cuda.max_memory_reserved())
+        free, total = torch.cuda.mem_get_info()
+        return int(total - free)
     return None
 
 

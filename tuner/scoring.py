@@ -37,6 +37,7 @@ class TrialMetrics(BaseModel):
     engine_start_s: float = 0.0
     measured_s: float = 0.0
     warmup_s: float = 0.0
+    gpu_memory_bytes: int | None = None
 
     def level(self, batch_size: int) -> LevelMetrics | None:
         return next((lv for lv in self.levels if lv.batch_size == batch_size), None)
@@ -50,6 +51,8 @@ class TrialMetrics(BaseModel):
             "measured_s": self.measured_s,
             "warmup_s": self.warmup_s,
         }
+        if self.gpu_memory_bytes is not None:
+            out["gpu_memory_gib"] = self.gpu_memory_bytes / 2**30
         if self.speedup is not None:
             out["speedup"] = self.speedup
         for name, value in (
@@ -138,6 +141,7 @@ def score_result(
         engine_start_s=result.engine_start_s,
         measured_s=sum(r.elapsed_s for r in result.repeats),
         warmup_s=result.warmup_s,
+        gpu_memory_bytes=result.peak_memory_bytes,
     )
     if baseline is not None:
         metrics.speedup = speedup(metrics.tokens_per_s, baseline.tokens_per_s)

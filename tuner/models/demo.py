@@ -64,6 +64,10 @@ def resolve_demo_ref(model: str) -> Path:
 
 
 def gguf_location() -> Path:
+    """The packaged GGUF file; ``SPECDEC_TUNER_GGUF`` points elsewhere (offline hosts without the package)."""
+    override = os.environ.get("SPECDEC_TUNER_GGUF")
+    if override:
+        return Path(override)
     import importlib.util
 
     spec = importlib.util.find_spec(GGUF_PACKAGE)
