@@ -97,3 +97,16 @@ def test_score_result_weights_levels_and_speedup(tmp_path: Path) -> None:
     assert m.level(1).ttft_median_s == pytest.approx(0.2)
     flat = m.flat()
     assert {"tokens_per_s_bs1", "speedup_bs8", "ttft_p90_s_bs1", "tpot_median_s_bs8"} <= set(flat)
+
+
+def test_secret_names_are_recognised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.redaction import is_secret_key, redact
+
+    assert all(is_secret_key(k) for k in ("hf_token", "HF_TOKEN", "api-key", "AWS_SECRET_ACCESS_KEY", "db_password"))
+    assert not any(is_secret_key(k) for k in ("max_tokens", "num_speculative_tokens", "max_num_batched_tokens"))
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnop")
+    assert redact({"hf_token": "x", "log": "token hf_abcdefghijklmnop used", "k": [1]}) == {
+        "hf_token": "***",
+        "log": "token *** used",
+        "k": [1],
+    }

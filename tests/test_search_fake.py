@@ -120,3 +120,37 @@ def test_export_says_when_speculation_does_not_pay(tmp_path: Path, fake_engine: 
     text = render_export(_load(data))
     assert "no speculative configuration beat the baseline" in text
     assert "speculative-config" not in text
+
+
+def test_per_level_metrics_and_pareto_objectives(tmp_path: Path, fake_engine: str) -> None:
+    data = study_dict(tmp_path, budget={"trials": 4, "trial_timeout_s": 60})
+    data["workload"].update({"batch_sizes": [1, 8], "combine": "pareto"})
+    assert _run(tmp_path, data) == 0
+    study = _load(data)
+    assert len(study.directions) == 2
+    complete = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+    assert complete and all(len(t.values) == 2 for t in complete)
+    metrics = store.trial_metrics(complete[0])
+    assert metrics is not None
+    for bs in (1, 8):
+        level = metrics.level(bs)
+        assert level is not None
+        assert level.tokens_per_s > 0 and level.ttft_median_s is not None and level.tpot_p90_s is not None
+    assert study.best_trials
+    assert "speedup over no speculation" in render_export(study)
+
+
+def test_secrets_stay_out_of_mlflow_and_exports(
+    tmp_path: Path, fake_engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "hf_SUPERSECRETVALUE123"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    data = study_dict(tmp_path, budget={"trials": 2, "trial_timeout_s": 60})
+    data["target"]["engine_args"]["hf_token"] = secret
+    monkeypatch.chdir(tmp_path)
+    assert _run(tmp_path, data, "--export", str(tmp_path / "best.yaml")) == 0
+    exported = (tmp_path / "best.yaml").read_text()
+    assert secret not in exported and "hf-token" not in exported
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path

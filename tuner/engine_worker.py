@@ -7,6 +7,8 @@ its own process group and kills the group on timeout, so nothing here needs to c
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.jsonl"
 LOG_FILE = "engine.log"
 REQUEST_FILE = "request.json"
+SECRET_ARGS_ENV = "SPECDEC_TUNER_SECRET_ARGS"  # credentials for vllm.LLM, passed outside the request file
 
 
 def render_prompts(tokenizer: Any, prompts: list[Prompt]) -> list[str]:
@@ -75,7 +78,8 @@ def run(request: TrialRequest, outdir: Path) -> EngineResult:
     import vllm
     from vllm import LLM, SamplingParams
 
-    llm = LLM(**request.llm_kwargs)
+    kwargs = {**request.llm_kwargs, **json.loads(os.environ.pop(SECRET_ARGS_ENV, "{}") or "{}")}
+    llm = LLM(**kwargs)
     engine_start_s = time.perf_counter() - t0
     progress.emit("engine_ready")
 

@@ -10,6 +10,7 @@ import yaml
 
 from tuner import study_store as store
 from tuner.errors import UserError
+from tuner.redaction import is_secret_key
 from tuner.scoring import TrialMetrics
 
 if TYPE_CHECKING:
@@ -18,10 +19,13 @@ if TYPE_CHECKING:
 
 
 def serve_config(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``vllm.LLM`` keyword arguments -> ``vllm serve`` config keys (dashes, CLI defaults omitted)."""
+    """``vllm.LLM`` keyword arguments -> ``vllm serve`` config keys (dashes, CLI defaults omitted).
+
+    Credentials (``hf_token`` and the like) are left out: set them in the serving environment.
+    """
     out: dict[str, Any] = {}
     for key, value in llm_kwargs.items():
-        if key in ("disable_log_stats",):
+        if key in ("disable_log_stats",) or is_secret_key(key):
             continue
         if isinstance(value, bool) and not value:
             continue  # vLLM 0.26 drops `false` from config files; false is every such flag's default

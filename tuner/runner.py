@@ -7,6 +7,7 @@ process group (the engine and the processes vLLM spawned) is killed, which retur
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from typing import Literal
 
 from tuner import engine_worker
 from tuner.measurement import EngineResult, ProgressEvent, TrialRequest
+from tuner.redaction import is_secret_key
 
 FailureClass = Literal["timeout", "oom", "engine_error", "invalid_config"]
 # Called for every progress event; returning a reason string stops the engine (pruning).
@@ -137,11 +139,16 @@ def run_engine(
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (engine_worker.RESULT_FILE, engine_worker.PROGRESS_FILE):
         (workdir / name).unlink(missing_ok=True)
+    secrets = {k: v for k, v in request.llm_kwargs.items() if is_secret_key(k)}
+    public = request.model_copy(
+        update={"llm_kwargs": {k: v for k, v in request.llm_kwargs.items() if k not in secrets}}
+    )
     request_path = workdir / engine_worker.REQUEST_FILE
-    request_path.write_text(request.model_dump_json(indent=2))
+    request_path.write_text(public.model_dump_json(indent=2))
     log_path = workdir / engine_worker.LOG_FILE
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
+    env[engine_worker.SECRET_ARGS_ENV] = json.dumps(secrets)  # never written to disk
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
 
     outcome = RunOutcome(log_path=log_path)

@@ -141,6 +141,9 @@ class WorkloadConfig(StrictModel):
     temperature: float = Field(default=0.0, ge=0.0)
     batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], min_length=1)
     batch_weights: list[Annotated[float, Field(gt=0)]] | None = None
+    # weighted: one objective, the weighted mean of each level's score.
+    # pareto: one objective per batch size (Optuna multi-objective); the export still picks by weighted score.
+    combine: Literal["weighted", "pareto"] = "weighted"
     repeats: int = Field(default=3, ge=1)
     warmup_prompts: int = Field(default=2, ge=0)
     max_prompts: int | None = Field(default=None, ge=1)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import UserError
@@ -25,6 +27,8 @@ DUPLICATE_OF = "duplicate_of"
 TOKENS = "token_ids"
 ENGINE = "engine"
 LLM_KWARGS = "llm_kwargs"
+HARDWARE = "hardware"
+HARDWARE_CLASS = "hardware_class"
 PRUNED_REASON = "pruned_reason"
 PARENT_RUN = "mlflow_parent_run_id"
 PARENT_TAG_KEY = "mlflow.parentRunId"
@@ -42,16 +46,38 @@ def open_storage(url: str, heartbeat: bool = True) -> Any:
 
     if "://" not in url:
         raise UserError(f"storage: '{url}' is not a database URL; fix: use e.g. sqlite:///optuna.db")
+    kwargs: dict[str, Any] = {}
+    if heartbeat:
+        kwargs = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S}
     try:
-        kwargs: dict[str, Any] = {}
-        if heartbeat:
-            kwargs = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S}
-        return optuna.storages.RDBStorage(url, **kwargs)
-    except Exception as exc:
+        with _schema_lock(url):
+            return optuna.storages.RDBStorage(url, **kwargs)
+    except Exception as exc:  # any driver error means the URL is unusable
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(
             f"storage: cannot open '{url}' ({first[:200]}); fix: check the URL and that the database is reachable"
         ) from None
+
+
+@contextlib.contextmanager
+def _schema_lock(url: str) -> Iterator[None]:
+    """Workers starting together on a fresh PostgreSQL database would race to create Optuna's tables."""
+    if not url.startswith("postgresql"):
+        yield
+        return
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(712001)"))
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(712001)"))
+                conn.commit()
+    finally:
+        engine.dispose()
 
 
 def load_existing(url: str, name: str) -> optuna.Study:

@@ -7,7 +7,6 @@ study and the engine subprocesses never fight over "the current run".
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -15,23 +14,11 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from tuner.redaction import redact
+
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "specdec.study"
 ROLE_TAG = "specdec.role"
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
-
-
-def redact(value: Any) -> Any:
-    """Never write secrets such as HF_TOKEN to MLflow: drop keys that look like credentials."""
-    if isinstance(value, dict):
-        return {k: ("***" if any(m in str(k).upper() for m in SECRET_MARKERS) else redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    if isinstance(value, str):
-        for name, secret in os.environ.items():
-            if secret and len(secret) >= 8 and any(m in name.upper() for m in SECRET_MARKERS) and secret in value:
-                value = value.replace(secret, "***")
-    return value
 
 
 class Tracker:

@@ -1,0 +1,123 @@
+"""Overhead and pruning benchmarks: run the tuner on a study and split its wall time.
+
+    python benchmarks/study_timing.py overhead --study studies/smollm2-cpu.yaml
+    python benchmarks/study_timing.py pruning --study studies/smollm2-cpu.yaml --trials 6
+
+overhead: share of the study's wall time spent outside engine start, warm-up and measured generation
+          (target: under 5%).
+pruning:  the same study (same sampler seed) with and without pruning: engine time of each and
+          whether the best configuration changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from benchmarks.common import load_with_overrides, print_table, write_result
+from tuner import study_store as store
+from tuner.optimize import OptimizeOptions, optimize
+
+
+def run_study(study: Path, overrides: list[str], workdir: Path, name: str) -> dict[str, Any]:
+    path = load_with_overrides(study, overrides, workdir, name)
+    started = time.monotonic()
+    runner = optimize(path, OptimizeOptions(workdir=workdir / "runs", show_progress=False))
+    wall = time.monotonic() - started
+    assert runner.study is not None
+    trials = []
+    for t in runner.study.get_trials():
+        spec = store.trial_spec(t)
+        metrics = store.trial_metrics(t)
+        trials.append(
+            {
+                "number": t.number,
+                "state": t.state.name,
+                "label": spec.label() if spec else "",
+                "wall_s": (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None,
+                "engine_start_s": metrics.engine_start_s if metrics else None,
+                "warmup_s": metrics.warmup_s if metrics else None,
+                "measured_s": metrics.measured_s if metrics else None,
+                "tokens_per_s": metrics.tokens_per_s if metrics else None,
+                "score": metrics.score if metrics else None,
+                "pruned_reason": t.user_attrs.get(store.PRUNED_REASON),
+                "pruning_saved_s": t.user_attrs.get("pruning_saved_s"),
+            }
+        )
+    best = store.best_trial(runner.study)
+    best_spec = store.trial_spec(best) if best else None
+    return {"wall_s": wall, "trials": trials, "best": best_spec.label() if best_spec else None}
+
+
+def overhead(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_study(args.study, [*args.set, f"budget.trials={args.trials}"], Path(tmp), "overhead")
+    engine = {k: sum(t[k] or 0.0 for t in result["trials"]) for k in ("engine_start_s", "warmup_s", "measured_s")}
+    trial_wall = sum(t["wall_s"] or 0.0 for t in result["trials"])
+    # Pruned trials have no metrics; their whole wall time is engine time (start + partial measurement).
+    pruned_wall = sum(t["wall_s"] or 0.0 for t in result["trials"] if t["state"] == "PRUNED")
+    engine_total = sum(engine.values()) + pruned_wall
+    outside = result["wall_s"] - engine_total
+    rows = [
+        ["study wall time", result["wall_s"], 1.0],
+        ["engine start (incl. vLLM import)", engine["engine_start_s"], engine["engine_start_s"] / result["wall_s"]],
+        ["warm-up generation", engine["warmup_s"], engine["warmup_s"] / result["wall_s"]],
+        ["measured generation", engine["measured_s"], engine["measured_s"] / result["wall_s"]],
+        ["pruned trials (engine)", pruned_wall, pruned_wall / result["wall_s"]],
+        ["tuner overhead (everything else)", outside, outside / result["wall_s"]],
+        ["  of which inside trials", trial_wall - engine_total, (trial_wall - engine_total) / result["wall_s"]],
+    ]
+    print_table(["part", "seconds", "share"], rows)
+    out = write_result(
+        "overhead",
+        {
+            **result,
+            "split": {r[0]: r[1] for r in rows},
+            "overrides": args.set,
+            "overhead_share": outside / result["wall_s"],
+        },
+    )
+    print(f"\nwritten {out}")
+
+
+def pruning(args: argparse.Namespace) -> None:
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for enabled in (True, False):
+            name = f"pruning-{'on' if enabled else 'off'}"
+            runs[name] = run_study(
+                args.study,
+                [*args.set, f"budget.trials={args.trials}", f"pruning.enabled={str(enabled).lower()}"],
+                Path(tmp) / name,
+                name,
+            )
+    rows = []
+    for name, result in runs.items():
+        engine_s = sum(t["wall_s"] or 0.0 for t in result["trials"])
+        pruned = sum(1 for t in result["trials"] if t["state"] == "PRUNED")
+        rows.append([name, result["wall_s"], engine_s, pruned, result["best"]])
+    print_table(["study", "wall s", "trial time s", "pruned", "best configuration"], rows)
+    same = runs["pruning-on"]["best"] == runs["pruning-off"]["best"]
+    print(f"\nbest configuration unchanged by pruning: {same}")
+    out = write_result("pruning", {"runs": runs, "best_unchanged": same, "overrides": args.set})
+    print(f"written {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", choices=["overhead", "pruning"])
+    parser.add_argument("--study", type=Path, default=Path("studies/smollm2-cpu.yaml"))
+    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--set", action="append", default=[], help="override, e.g. workload.max_tokens=32")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    {"overhead": overhead, "pruning": pruning}[args.which](args)
+
+
+if __name__ == "__main__":
+    main()
