@@ -30,8 +30,12 @@ def run_study(study: Path, overrides: list[str], workdir: Path, name: str) -> di
     runner = optimize(path, OptimizeOptions(workdir=workdir / "runs", show_progress=False))
     wall = time.monotonic() - started
     assert runner.study is not None
+    return summarise(runner.study, wall)
+
+
+def summarise(study: optuna.Study, wall: float) -> dict[str, Any]:
     trials = []
-    for t in runner.study.get_trials():
+    for t in study.get_trials():
         spec = store.trial_spec(t)
         metrics = store.trial_metrics(t)
         trials.append(
@@ -39,7 +43,11 @@ def run_study(study: Path, overrides: list[str], workdir: Path, name: str) -> di
                 "number": t.number,
                 "state": t.state.name,
                 "label": spec.label() if spec else "",
-                "wall_s": (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete else None,
+                "wall_s": (
+                    (t.datetime_complete - t.datetime_start).total_seconds()
+                    if t.datetime_complete and t.datetime_start
+                    else None
+                ),
                 "engine_start_s": metrics.engine_start_s if metrics else None,
                 "warmup_s": metrics.warmup_s if metrics else None,
                 "measured_s": metrics.measured_s if metrics else None,
@@ -49,14 +57,20 @@ def run_study(study: Path, overrides: list[str], workdir: Path, name: str) -> di
                 "pruning_saved_s": t.user_attrs.get("pruning_saved_s"),
             }
         )
-    best = store.best_trial(runner.study)
+    best = store.best_trial(study)
     best_spec = store.trial_spec(best) if best else None
     return {"wall_s": wall, "trials": trials, "best": best_spec.label() if best_spec else None}
 
 
 def overhead(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run_study(args.study, [*args.set, f"budget.trials={args.trials}"], Path(tmp), "overhead")
+    if args.storage:  # a study already run, e.g. by scripts/demo.sh: its last run's wall time
+        from tuner.study_loader import load_study
+
+        study = optuna.load_study(study_name=load_study(args.study).name, storage=args.storage)
+        result = summarise(study, float(study.user_attrs["last_run_wall_s"]))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run_study(args.study, [*args.set, f"budget.trials={args.trials}"], Path(tmp), "overhead")
     engine = {k: sum(t[k] or 0.0 for t in result["trials"]) for k in ("engine_start_s", "warmup_s", "measured_s")}
     trial_wall = sum(t["wall_s"] or 0.0 for t in result["trials"])
     # Pruned trials have no metrics; their whole wall time is engine time (start + partial measurement).
@@ -113,6 +127,7 @@ def main() -> None:
     parser.add_argument("which", choices=["overhead", "pruning"])
     parser.add_argument("--study", type=Path, default=Path("studies/smollm2-cpu.yaml"))
     parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--storage", help="overhead: analyse this study's last run instead of running one")
     parser.add_argument("--set", action="append", default=[], help="override, e.g. workload.max_tokens=32")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuner.errors import UserError
+
+if TYPE_CHECKING:
+    from tuner.optimize import OptimizeOptions
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -26,11 +30,29 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--export", type=Path, help="write the best configuration to this YAML file at the end")
     opt.add_argument("--workdir", type=Path, help="per-trial engine logs and results (default: tuner-runs/)")
     opt.add_argument("--no-progress", action="store_true", help="print nothing while trials run")
+    opt.add_argument("--workers", type=int, default=1, help="run N local worker processes on one study")
+    opt.add_argument("--gpus-per-worker", type=int, default=1, help="GPUs each worker owns (with --workers)")
+
+    work = sub.add_parser("worker", help="join a study's shared storage and run trials until its budget is spent")
+    work.add_argument("--study", required=True, type=Path, help="study YAML file")
+    work.add_argument("--storage", help="shared Optuna storage URL, e.g. postgresql://user:pw@host/db")
+    work.add_argument("--tracking-uri", help="shared MLflow tracking URI, e.g. http://mlflow:5000")
+    work.add_argument("--n-trials", type=int, help="total trials for the study (default: budget.trials)")
+    work.add_argument("--workdir", type=Path, help="per-trial engine logs and results (default: tuner-runs/)")
+    work.add_argument("--no-progress", action="store_true")
 
     exp = sub.add_parser("export", help="write the best trial as a `vllm serve --config` YAML")
     exp.add_argument("--study", required=True, type=Path)
     exp.add_argument("--storage", help="Optuna storage URL (default: the study's)")
     exp.add_argument("--output", required=True, type=Path)
+
+    rep = sub.add_parser("report", help="write a self-contained HTML (or Markdown) report of a study")
+    rep.add_argument("--study", required=True, type=Path, help="study YAML file")
+    rep.add_argument("--storage", help="Optuna storage URL (default: the study's)")
+    rep.add_argument("--output", type=Path, help="report file (default: report.html; Markdown goes to stdout)")
+    rep.add_argument(
+        "--format", choices=["html", "md"], help="html (default) or md for a pull request (default: from --output)"
+    )
 
     models = sub.add_parser("models", help="demo model management")
     models_sub = models.add_subparsers(dest="models_command", required=True, metavar="ACTION")
@@ -51,18 +73,47 @@ def _check_positive(value: int | None, flag: str) -> None:
         raise UserError(f"{flag}: must be at least 1 (got {value}); fix: pass a positive number")
 
 
-def cmd_optimize(args: argparse.Namespace) -> int:
-    _check_positive(args.n_trials, "--n-trials")
-    from tuner.optimize import OptimizeOptions, optimize
+def _options(args: argparse.Namespace) -> OptimizeOptions:
+    from tuner.optimize import OptimizeOptions
 
-    options = OptimizeOptions(
+    _check_positive(args.n_trials, "--n-trials")
+    return OptimizeOptions(
         n_trials=args.n_trials,
         storage=args.storage,
         tracking_uri=args.tracking_uri,
         workdir=args.workdir,
         show_progress=not args.no_progress,
     )
-    runner = optimize(args.study, options)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from tuner.optimize import optimize
+
+    optimize(args.study, _options(args))
+    return EXIT_OK
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from tuner.optimize import optimize, prepare_only
+
+    options = _options(args)
+    _check_positive(args.workers, "--workers")
+    _check_positive(args.gpus_per_worker, "--gpus-per-worker")
+    if args.workers > 1:
+        from tuner.workers import run_workers
+
+        runner = prepare_only(args.study, options)
+        codes = run_workers(runner, args.study, args.workers, args.gpus_per_worker, runner.workdir / "workers")
+        if any(codes):
+            print(f"error: worker exit codes {codes}; see {runner.workdir / 'workers'}", file=sys.stderr)
+            return EXIT_FAILURE
+        runner.finish()
+    else:
+        runner = optimize(args.study, options)
+    if runner.study is not None and runner.tracker is not None:
+        from tuner.report import log_study_artifacts
+
+        log_study_artifacts(runner.tracker, runner.parent_run, runner.study, runner.config)
     if runner.study is not None:
         from tuner.export import export_best, render_export
 
@@ -84,6 +135,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     study = study_store.load_existing(args.storage or config.storage, config.name)
     text = export_best(study, args.output)
     print(text)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tuner.report import report_command
+
+    print(report_command(args.study, args.storage, args.output, args.format))
     return EXIT_OK
 
 
@@ -112,7 +170,9 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "optimize": cmd_optimize,
+    "worker": cmd_worker,
     "export": cmd_export,
+    "report": cmd_report,
     "models": cmd_models,
     "check-pair": cmd_check_pair,
 }
@@ -124,6 +184,8 @@ def _quiet_libraries() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message=r".*experimental.*")
+    # The tuner drives Optuna with ask/tell and records heartbeats itself (tuner.coordination).
+    warnings.filterwarnings("ignore", message=r"Heartbeat of storage is supposed to be used with Study.optimize")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     for name in ("mlflow", "alembic", "optuna"):
         logging.getLogger(name).setLevel(logging.WARNING)

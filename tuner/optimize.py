@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -15,17 +17,24 @@ import optuna
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner import study_store as store
+from tuner.coordination import Heartbeat, study_lock
 from tuner.errors import UserError
+from tuner.hardware import Hardware
+from tuner.hardware import describe as describe_hardware
 from tuner.measurement import ProgressEvent, TrialRequest
+from tuner.plots import log_acceptance_plot
 from tuner.preflight import Preflight, run_preflight
 from tuner.progress import ProgressView
 from tuner.prompts import Prompt, load_prompts
+from tuner.redaction import redact
 from tuner.runner import RunOutcome, log_tail, run_engine
 from tuner.scoring import TrialMetrics, score_result
 from tuner.space import baseline_params, first_trial_params, suggest
 from tuner.study_config import StudyConfig
 from tuner.tracking import Tracker
 from tuner.trial_spec import TrialSpec, llm_kwargs
+
+MAX_ATTEMPTS = 3
 
 
 class TrialFailed(Exception):
@@ -60,6 +69,10 @@ class StudyRunner:
         self.tracker: Tracker | None = None
         self.parent_run: str = ""
         self.view: ProgressView | None = None
+        self.hardware = Hardware(host="", accelerator="")
+        self.storage: Any = None
+        self._mlflow_closed: set[int] = set()  # trials whose MLflow run is known to be closed
+        self.multi_objective = config.workload.combine == "pareto"
 
     # -- set-up ---------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -70,10 +83,27 @@ class StudyRunner:
         self.preflight = run_preflight(self.config)
         for name, reason in self.preflight.rejected.items():
             print(f"warning: candidate '{name}' removed from the search space: {reason}", file=sys.stderr)
-        storage = store.open_storage(self.storage_url)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.storage = storage = store.open_storage(self.storage_url)
         self.tracker = open_tracker(self.tracking_uri, self.config.experiment_name)
-        self.study = self._create_study(storage)
-        self._open_parent()
+        self.hardware = describe_hardware()
+        with study_lock(storage, self.config.name):  # several workers may start at once
+            self.study = self._create_study(storage)
+            self._check_hardware()
+            self._open_parent()
+
+    def _check_hardware(self) -> None:
+        """Throughput from different hardware is not comparable: one study, one hardware class."""
+        assert self.study is not None
+        mine = self.hardware.hardware_class
+        theirs = self.study.user_attrs.get(store.HARDWARE_CLASS)
+        if theirs is None:
+            self.study.set_user_attr(store.HARDWARE_CLASS, mine)
+        elif theirs != mine:
+            raise UserError(
+                f"study '{self.config.name}' was measured on '{theirs}' but this worker has '{mine}'; "
+                "fix: run this worker on the same hardware class, or start a study of its own (new name)"
+            )
 
     def _create_study(self, storage: Any) -> optuna.Study:
         cfg = self.config
@@ -89,7 +119,7 @@ class StudyRunner:
                 constant_liar=True,
             )
         pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
-        if cfg.pruning.enabled:
+        if cfg.pruning.enabled and not self.multi_objective:
             pruner = optuna.pruners.PercentilePruner(
                 cfg.pruning.percentile, n_startup_trials=cfg.pruning.startup_trials, n_warmup_steps=0
             )
@@ -98,7 +128,7 @@ class StudyRunner:
             storage=storage,
             sampler=sampler,
             pruner=pruner,
-            direction="maximize",
+            directions=["maximize"] * (len(cfg.workload.batch_sizes) if self.multi_objective else 1),
             load_if_exists=True,
         )
         mark = store.fingerprint(cfg.model_dump(mode="json", exclude={"budget", "tracking", "storage", "description"}))
@@ -131,21 +161,59 @@ class StudyRunner:
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> None:
         assert self.study is not None and self.tracker is not None
-        self._reconcile()
-        self._enqueue_baselines()
+        with self._lock():
+            self._reconcile()
+            self._enqueue_baselines()
         self.view = ProgressView(self.config.name, self.budget, store.budget_used(self.study), self.show_progress)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         status = "KILLED"
         try:
-            while store.budget_used(self.study) < self.budget:
-                self.study.optimize(self._objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
-                self._reconcile()
+            while (trial := self._next_trial()) is not None:
+                self._run_trial(trial)
             status = "FINISHED"
         finally:
             signal.signal(signal.SIGTERM, previous)
             self.view.close()
             self._summarise_parent(status)
+
+    def _lock(self) -> AbstractContextManager[None]:
+        assert self.study is not None
+        return study_lock(self.storage, self.config.name)
+
+    def _next_trial(self) -> Trial | None:
+        """Atomically across workers: ask for a trial only while the budget has room.
+
+        Trials other workers are running count against the budget; while they run, this worker
+        waits rather than exits, so it can retry one whose worker dies.
+        """
+        assert self.study is not None
+        while True:
+            with self._lock():
+                self._reconcile()
+                trials = self.study.get_trials(deepcopy=False)
+                used = sum(1 for t in trials if store.is_counted(t))
+                running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+                if used >= self.budget:
+                    return None
+                if used + running < self.budget:
+                    return self.study.ask()
+            time.sleep(store.HEARTBEAT_S)
+
+    def _run_trial(self, trial: Trial) -> None:
+        assert self.study is not None
+        with Heartbeat(self.storage, trial._trial_id, store.HEARTBEAT_S):
+            try:
+                value = self._objective(trial)
+            except optuna.TrialPruned:
+                self.study.tell(trial, state=TrialState.PRUNED)
+            except TrialFailed:
+                self.study.tell(trial, state=TrialState.FAIL)
+            except BaseException:  # interrupts and tuner bugs: the trial is not a result; resume retries it
+                self.study.tell(trial, state=TrialState.FAIL)
+                raise
+            else:
+                self.study.tell(trial, value)
 
     def _reconcile(self) -> None:
         """Retry trials cut short by an interrupt or a dead worker; close their MLflow runs."""
@@ -153,12 +221,19 @@ class StudyRunner:
         optuna.storages.fail_stale_trials(self.study)
         trials = self.study.get_trials(deepcopy=False)
         retried = {t.user_attrs.get(store.RETRY_OF) for t in trials}
-        for t in trials:
-            if t.state == TrialState.FAIL and not store.is_counted(t) and t.number not in retried and t.params:
+        cut_short = [t for t in trials if t.state == TrialState.FAIL and not store.is_counted(t) and t.params]
+        for t in cut_short:
+            attempts = sum(1 for other in cut_short if other.params == t.params)
+            # A configuration that keeps killing its worker (not just its engine) is not retried forever.
+            if t.number not in retried and attempts < MAX_ATTEMPTS:
                 self.study.enqueue_trial(t.params, user_attrs={store.RETRY_OF: t.number})
+        for t in trials:
             run_id = t.user_attrs.get(store.MLFLOW_RUN)
-            if run_id and t.state != TrialState.RUNNING and self.tracker.status(run_id) == "RUNNING":
+            if not run_id or t.state == TrialState.RUNNING or t.number in self._mlflow_closed:
+                continue
+            if self.tracker.status(run_id) == "RUNNING":
                 self.tracker.end_trial(run_id, "KILLED" if t.state == TrialState.FAIL else "FINISHED")
+            self._mlflow_closed.add(t.number)
 
     def _enqueue_baselines(self) -> None:
         assert self.study is not None
@@ -168,7 +243,7 @@ class StudyRunner:
             self.study.enqueue_trial(params, skip_if_exists=True)
 
     # -- one trial ------------------------------------------------------------------------------
-    def _objective(self, trial: Trial) -> float:
+    def _objective(self, trial: Trial) -> float | list[float]:
         assert self.study is not None and self.tracker is not None and self.view is not None
         assert self.preflight is not None
         spec = suggest(trial, self.config, self.preflight.allowed)
@@ -183,11 +258,17 @@ class StudyRunner:
             self.config.name,
             trial.number,
             spec.label(),
-            {"method": spec.method, "candidate": spec.candidate, "is_baseline": str(spec.is_baseline).lower()},
+            {
+                "method": spec.method,
+                "candidate": spec.candidate,
+                "is_baseline": str(spec.is_baseline).lower(),
+                **self._hardware_tags(),
+            },
         )
         trial.set_user_attr(store.MLFLOW_RUN, run_id)
+        trial.set_user_attr(store.HARDWARE, self.hardware.model_dump())
         kwargs = llm_kwargs(self.config.target, self.preflight.target_path, spec)
-        trial.set_user_attr(store.LLM_KWARGS, kwargs)
+        trial.set_user_attr(store.LLM_KWARGS, redact(kwargs))
         self.tracker.log_params(run_id, spec.mlflow_params())
         self.tracker.log_dict(run_id, kwargs, "vllm_args.json")
         try:
@@ -198,6 +279,16 @@ class StudyRunner:
             self.tracker.set_tags(run_id, {"failure_class": "interrupted"})
             self.tracker.end_trial(run_id, "KILLED")
             raise
+
+    def _hardware_tags(self) -> dict[str, str]:
+        hw = self.hardware
+        return {
+            "host": hw.host,
+            "worker": f"{hw.host}:{os.getpid()}",
+            "accelerator": hw.accelerator,
+            "gpu": hw.gpu_name,
+            "driver": hw.driver,
+        }
 
     def _measure(self, trial: Trial, spec: TrialSpec, kwargs: dict[str, Any]) -> RunOutcome:
         w = self.config.workload
@@ -211,10 +302,10 @@ class StudyRunner:
             warmup_prompts=min(w.warmup_prompts, len(self.prompts)),
             seed=self.config.target.seed,
         )
-        hook = _PruneHook(trial, spec, self.config, self.view)
+        hook = _PruneHook(trial, spec, self.config, self.view, report=not self.multi_objective)
         return run_engine(request, self.workdir / f"trial-{trial.number:03d}", self.config.budget.trial_timeout_s, hook)
 
-    def _record(self, trial: Trial, spec: TrialSpec, run_id: str, outcome: RunOutcome) -> float:
+    def _record(self, trial: Trial, spec: TrialSpec, run_id: str, outcome: RunOutcome) -> float | list[float]:
         assert self.tracker is not None and self.view is not None and self.study is not None
         tracker = self.tracker
         tracker.log_metrics(run_id, {"trial_wall_s": outcome.wall_s})
@@ -260,6 +351,7 @@ class StudyRunner:
         )
         tracker.log_metrics(run_id, metrics.flat())
         tracker.log_stepped(run_id, "accepted_per_pos_rate", metrics.spec.per_position_rate)
+        log_acceptance_plot(tracker, run_id, metrics, f"trial {trial.number}: {spec.label()}")
         for level in metrics.levels:
             tracker.log_stepped(run_id, f"tokens_per_s_repeats_bs{level.batch_size}", level.repeats)
         tracker.set_tags(run_id, {"state": "COMPLETE", "vllm_version": result.vllm_version, "device": result.device})
@@ -267,6 +359,8 @@ class StudyRunner:
         tracker.end_trial(run_id, "FINISHED")
         best = self._best_label(metrics.score, spec)
         self.view.trial_finished(trial.number, f"{metrics.tokens_per_s:.1f} tok/s{_fmt_speedup(metrics.speedup)}", best)
+        if self.multi_objective:
+            return [level.score for level in metrics.levels]
         return metrics.score
 
     def _flag_lossless(self, run_id: str, spec: TrialSpec, metrics: TrialMetrics, device: str) -> None:
@@ -299,31 +393,59 @@ class StudyRunner:
         return None
 
     def _find_duplicate(self, spec: TrialSpec, number: int) -> FrozenTrial | None:
+        """A finished trial of the same configuration; if another worker is measuring it right now,
+        wait for that result rather than measure it twice."""
         assert self.study is not None
-        for t in store.completed(self.study):
-            other = store.trial_spec(t)
-            if t.number != number and other is not None and other.key() == spec.key():
-                return t
-        return None
+        deadline = time.monotonic() + self.config.budget.trial_timeout_s + 60
+        while True:
+            running = False
+            for t in self.study.get_trials(deepcopy=False):
+                other = store.trial_spec(t)
+                if t.number == number or other is None or other.key() != spec.key():
+                    continue
+                if store.is_counted(t) and (t.state != TrialState.COMPLETE or store.METRICS in t.user_attrs):
+                    return t
+                running = running or t.state == TrialState.RUNNING
+            if not running or time.monotonic() > deadline:
+                return None
+            if self.view is not None:
+                self.view.note(f"trial {number}: same configuration is being measured by another worker; waiting")
+            time.sleep(store.HEARTBEAT_S)
 
-    def _reuse(self, trial: Trial, spec: TrialSpec, source: FrozenTrial) -> float:
-        """The sampler proposed a configuration already measured: reuse it, spend no engine time."""
+    def _reuse(self, trial: Trial, spec: TrialSpec, source: FrozenTrial) -> float | list[float]:
+        """The sampler proposed a configuration already measured: reuse its outcome, spend no engine time."""
         assert self.tracker is not None and self.view is not None
         trial.set_user_attr(store.DUPLICATE_OF, source.number)
-        trial.set_user_attr(store.METRICS, source.user_attrs[store.METRICS])
+        trial.set_user_attr(store.HARDWARE, self.hardware.model_dump())
+        for key in (store.METRICS, store.FAILURE, store.ERROR, store.PRUNED_REASON, store.ENGINE, store.LLM_KWARGS):
+            if key in source.user_attrs:
+                trial.set_user_attr(key, source.user_attrs[key])
         run_id = self.tracker.start_trial(
             self.parent_run,
             self.config.name,
             trial.number,
             spec.label() + f" (repeat of trial {source.number})",
-            {"method": spec.method, "candidate": spec.candidate, "duplicate_of": str(source.number)},
+            {
+                "method": spec.method,
+                "candidate": spec.candidate,
+                "duplicate_of": str(source.number),
+                **self._hardware_tags(),
+            },
         )
         trial.set_user_attr(store.MLFLOW_RUN, run_id)
         self.tracker.log_params(run_id, spec.mlflow_params())
-        self.tracker.end_trial(run_id, "FINISHED")
+        self.tracker.end_trial(run_id, "FINISHED" if source.state == TrialState.COMPLETE else "FAILED")
         self.view.trial_finished(trial.number, f"same configuration as trial {source.number}; reused its result", None)
-        assert source.value is not None
-        return float(source.value)
+        if source.state == TrialState.PRUNED:
+            raise optuna.TrialPruned(f"same configuration as trial {source.number}, which was pruned")
+        if source.state == TrialState.FAIL:
+            raise TrialFailed(f"same configuration as trial {source.number}, which failed")
+        assert source.values is not None
+        return list(source.values) if self.multi_objective else float(source.values[0])
+
+    def finish(self) -> None:
+        """Close the study's MLflow parent run with its summary (after workers ran the trials)."""
+        self._summarise_parent("FINISHED")
 
     def _summarise_parent(self, status: str) -> None:
         assert self.study is not None and self.tracker is not None
@@ -346,7 +468,10 @@ class StudyRunner:
 class _PruneHook:
     """Reports each measured repeat to Optuna and stops hopeless trials early."""
 
-    def __init__(self, trial: Trial, spec: TrialSpec, config: StudyConfig, view: ProgressView | None) -> None:
+    def __init__(
+        self, trial: Trial, spec: TrialSpec, config: StudyConfig, view: ProgressView | None, report: bool = True
+    ) -> None:
+        self.report = report  # Optuna's intermediate values exist for single-objective studies only
         self.trial = trial
         self.spec = spec
         self.config = config
@@ -374,6 +499,8 @@ class _PruneHook:
         rate = m.spec.acceptance_rate
         if rate is not None and rate < self.config.pruning.min_acceptance_rate:
             return f"acceptance {rate:.1%} below pruning.min_acceptance_rate"
+        if not self.report:
+            return None
         self.trial.report(m.tokens_per_s, step)
         if self.trial.should_prune():
             return f"throughput {m.tokens_per_s:.1f} tok/s at step {step} in the study's bottom {self.config.pruning.percentile:.0f}%"
@@ -430,6 +557,20 @@ def open_tracker(uri: str, experiment: str) -> Tracker:
         raise UserError(
             f"tracking.uri: cannot open MLflow at '{uri}' ({first[:200]}); fix: check --tracking-uri or tracking.uri"
         ) from None
+
+
+def prepare_only(study_path: Path, options: OptimizeOptions) -> StudyRunner:
+    """Create (or load) the study, its MLflow parent run and its baseline, measuring nothing:
+    what ``optimize --workers`` does before its workers join."""
+    from tuner.study_loader import load_study
+
+    runner = StudyRunner(load_study(study_path), study_path.read_text(), options)
+    runner.prepare()
+    assert runner.study is not None
+    with runner._lock():
+        runner._reconcile()
+        runner._enqueue_baselines()
+    return runner
 
 
 def optimize(study_path: Path, options: OptimizeOptions) -> StudyRunner:

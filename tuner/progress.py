@@ -11,7 +11,7 @@ class ProgressView:
     def __init__(self, study_name: str, budget: int, done: int, enabled: bool = True) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True, log_path=False)
         self.live = enabled and self.console.is_terminal
         self.plain = enabled and not self.live
         self.budget = budget

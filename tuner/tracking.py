@@ -7,6 +7,7 @@ study and the engine subprocesses never fight over "the current run".
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from tuner.redaction import redact
+
+# MLflow configures its loggers at import (INFO); its table-creation chatter hides the progress display.
+logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "specdec.study"
