@@ -121,6 +121,7 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, demo_models: None) -> R
     """One real CPU-vLLM study shared by the engine tests: baseline, an n-gram trial, a draft trial."""
     tmp = tmp_path_factory.mktemp("real-study")
     data = study_dict(tmp, name="real-study")
+    data["workload"]["batch_sizes"] = [1, 4]  # per-level metrics at two concurrencies
     data["search"]["first_trials"] = [
         {"candidate": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
         {"candidate": "draft-4l", "num_speculative_tokens": 2},

@@ -40,10 +40,13 @@ def test_optuna_trials(real_study: RealStudy) -> None:
     assert 1.0 < (ngram.spec.mean_acceptance_length or 0) <= 4.0
     assert len(ngram.spec.accepted_per_pos) == 3
     assert ngram.speedup is not None and ngram.speedup > 0
-    level = ngram.level(4)
-    assert level is not None and level.ttft_median_s and level.tpot_median_s
-    # float32 on CPU at temperature 0: speculation must not change the output.
-    assert level.lossless_match_rate == 1.0, level.first_divergence
+    for batch_size in (1, 4):
+        level = ngram.level(batch_size)
+        assert level is not None and level.tokens_per_s > 0 and level.speedup
+        assert level.ttft_median_s and level.ttft_p90_s and level.tpot_median_s and level.tpot_p90_s
+        assert len(level.repeats) == 2 and level.tokens_per_s_cv >= 0
+        # float32 on CPU at temperature 0: speculation must not change the output.
+        assert level.lossless_match_rate == 1.0, level.first_divergence
 
 
 def test_mlflow_parent_and_children(real_study: RealStudy) -> None:

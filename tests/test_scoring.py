@@ -110,3 +110,10 @@ def test_secret_names_are_recognised(monkeypatch: pytest.MonkeyPatch) -> None:
         "log": "token *** used",
         "k": [1],
     }
+
+
+def test_yaml_text_secrets_are_masked() -> None:
+    from tuner.redaction import redact
+
+    text = "target:\n  engine_args:\n    hf_token: hf_abc\n    max_num_batched_tokens: 512\n"
+    assert redact(text) == "target:\n  engine_args:\n    hf_token: ***\n    max_num_batched_tokens: 512\n"

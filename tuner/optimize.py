@@ -135,7 +135,7 @@ class StudyRunner:
         existing = study.user_attrs.get(store.FINGERPRINT)
         if existing is None:
             study.set_user_attr(store.FINGERPRINT, mark)
-            study.set_user_attr(store.STUDY_FILE, self.study_text)
+            study.set_user_attr(store.STUDY_FILE, redact(self.study_text))
         elif existing != mark:
             raise UserError(
                 f"name: study '{cfg.name}' already exists in {self.storage_url} with other settings "

@@ -122,11 +122,21 @@ def classify_failure(returncode: int | None, log_text: str) -> tuple[FailureClas
 
 
 def _last_error_line(log_text: str) -> str:
-    for line in reversed(log_text.splitlines()):
-        stripped = line.strip()
+    """The engine's last error, with the detail lines a pydantic ValidationError puts below it."""
+    lines = log_text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        stripped = lines[i].strip()
         if "Error" in stripped and not stripped.startswith(("File ", "Traceback")):
+            if "validation error" in stripped.lower():
+                detail = [_strip_log_prefix(x) for x in lines[i + 1 : i + 3] if x.strip()]
+                stripped = " ".join([stripped, *detail])
             return stripped[-500:]
     return ""
+
+
+def _strip_log_prefix(line: str) -> str:
+    """vLLM prefixes subprocess lines with '(EngineCore pid=N) ERROR date [file:line]'."""
+    return line.split("] ", 1)[-1].strip() if line.lstrip().startswith("(") else line.strip()
 
 
 def run_engine(

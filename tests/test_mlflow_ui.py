@@ -1,0 +1,256 @@
+"""A real MLflow server and a real browser: the trial runs a study logs show up in the MLflow UI.
+
+Starts ``mlflow server`` (SQLite backend, proxied artifacts) on a free loopback port, logs a fake-engine
+study to it through the CLI exactly as a user would, then renders the experiment's runs page in
+headless Chromium (Debian's ``chromium``, installed by scripts/services/chromium.sh) and checks the
+DOM for the trial runs. Screenshots and DOM dumps are kept in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import FAKE_ENGINE, ROOT, run_cli, study_dict, write_study
+from tuner import study_store as store
+
+pytestmark = pytest.mark.services
+
+ARTIFACTS = ROOT / "test-artifacts"
+HOST = "127.0.0.1"
+QUIET_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+
+
+@dataclass
+class Server:
+    url: str
+    log: Path
+
+
+@dataclass
+class LoggedStudy:
+    name: str
+    experiment_id: str
+    trials: list[optuna.trial.FrozenTrial]
+    parent_run: str
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("mlflow-server")
+    port = _free_port()
+    url = f"http://{HOST}:{port}"
+    log = tmp / "server.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{tmp / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(tmp / "artifacts"),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **QUIET_ENV}, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not _healthy(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"mlflow server did not start (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield Server(url, log)
+    finally:
+        # the server, its uvicorn worker and job consumers share the process group this test created
+        _kill_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(proc.pid, signal.SIGKILL)  # whatever ignored SIGTERM
+        proc.wait(timeout=10)
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="module")
+def logged_study(mlflow_server: Server, tmp_path_factory: pytest.TempPathFactory) -> LoggedStudy:
+    tmp = tmp_path_factory.mktemp("ui-study")
+    data = study_dict(tmp, name="ui-study", budget={"trials": 5, "trial_timeout_s": 60})
+    data["workload"]["batch_sizes"] = [1]
+    data["target"]["engine_args"].update({"fake_crash_k": 5, "fake_repeat_s": 0.01})
+    lookup = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    data["search"]["first_trials"] = [
+        {"candidate": "ngram", "num_speculative_tokens": 3, **lookup},
+        {"candidate": "draft-4l", "num_speculative_tokens": 2},
+        {"candidate": "ngram", "num_speculative_tokens": 5, **lookup},
+        {"candidate": "ngram", "num_speculative_tokens": 4, **lookup},
+    ]
+    path = write_study(tmp, data)
+    env = {"SPECDEC_TUNER_ENGINE_MODULE": FAKE_ENGINE, **QUIET_ENV}
+    args = ["optimize", "--study", str(path), "--no-progress", "--workdir", str(tmp / "runs")]
+    result = run_cli([*args, "--tracking-uri", mlflow_server.url], cwd=tmp, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = optuna.load_study(study_name="ui-study", storage=data["storage"])
+    experiment = MlflowClient(mlflow_server.url).get_experiment_by_name("ui-study")
+    assert experiment is not None
+    return LoggedStudy("ui-study", experiment.experiment_id, study.get_trials(), study.user_attrs[store.PARENT_RUN])
+
+
+def _run_names(study: LoggedStudy, client: MlflowClient) -> dict[int, str]:
+    return {t.number: client.get_run(t.user_attrs[store.MLFLOW_RUN]).info.run_name for t in study.trials}
+
+
+def test_trial_runs_through_search_runs(mlflow_server: Server, logged_study: LoggedStudy) -> None:
+    client = MlflowClient(mlflow_server.url)
+    runs = client.search_runs([logged_study.experiment_id])
+    trial_runs = [r for r in runs if r.data.tags.get(store.PARENT_TAG_KEY) == logged_study.parent_run]
+    assert len(trial_runs) == len(logged_study.trials) == 5
+    specs = [store.trial_spec(t) for t in logged_study.trials]
+    assert [s.label() if s else None for s in specs] == [
+        "no speculation eager",
+        "ngram k=3 lookup 2-4 eager",
+        "draft-4l k=2 eager",
+        "ngram k=5 lookup 2-4 eager",
+        "ngram k=4 lookup 2-4 eager",
+    ]
+    assert sorted(r.info.run_name.split(" ")[0] for r in trial_runs) == [f"trial-{i:03d}" for i in range(5)]
+
+    def names(query: str) -> set[str]:
+        return {r.info.run_name for r in client.search_runs([logged_study.experiment_id], filter_string=query)}
+
+    ngram = names("params.method = 'ngram'")
+    assert len(ngram) == 3 and all(" ngram k=" in n for n in ngram)
+    faster = names("metrics.speedup > 1")
+    assert faster and all(" ngram k=" in n for n in faster)
+    assert names("params.method = 'ngram' and metrics.speedup > 1") == faster
+    assert {n.split(" ")[0] for n in names("tags.state = 'FAIL'")} == {"trial-003"}
+    assert {n.split(" ")[0] for n in names("tags.best = 'true'")} == {"trial-004"}
+
+    # artifacts go through the server's artifact proxy
+    parent_artifacts = {a.path for a in client.list_artifacts(logged_study.parent_run)}
+    assert {"report.html", "report.md", "best_config.yaml"} <= parent_artifacts
+    best_run = next(t for t in logged_study.trials if t.number == 4).user_attrs[store.MLFLOW_RUN]
+    assert "acceptance_profile.png" in {a.path for a in client.list_artifacts(best_run)}
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail(
+            "chromium is not installed; fix: bash scripts/install-services.sh (runs scripts/services/chromium.sh)"
+        )
+    return path
+
+
+def _browse(url: str, name: str, tmp: Path, budget_ms: int = 15000) -> str:
+    """Render ``url`` in headless Chromium: save a screenshot and the DOM in test-artifacts/, return the DOM."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    common = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # nothing beyond loopback
+        f"--user-data-dir={tmp / ('chrome-' + name)}",
+        "--window-size=1600,1000",
+        f"--virtual-time-budget={budget_ms}",
+    ]
+    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    (ARTIFACTS / f"{name}.html").write_text(dom.stdout)
+    shot = ARTIFACTS / f"{name}.png"
+    shot.unlink(missing_ok=True)
+    result = subprocess.run([*common, f"--screenshot={shot}", url], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 20_000
+    return dom.stdout
+
+
+def _runs_page(server: Server, experiment_id: str, search: str, order_by: str) -> str:
+    # Sorting by a metric lists child runs flat (sorted by date, the UI nests them under the study's run).
+    query = urllib.parse.urlencode({"searchFilter": search, "orderByKey": order_by, "orderByAsc": "false"})
+    return f"{server.url}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def _render_until(url: str, name: str, tmp: Path, wanted: list[str]) -> str:
+    dom = ""
+    for budget in (15000, 30000, 60000):  # a slow machine needs more (virtual) time for the first render
+        dom = _browse(url, name, tmp, budget)
+        if all(w in dom for w in wanted):
+            break
+    return dom
+
+
+def test_trial_runs_appear_in_the_browser(mlflow_server: Server, logged_study: LoggedStudy, tmp_path: Path) -> None:
+    names = _run_names(logged_study, MlflowClient(mlflow_server.url))
+    url = _runs_page(
+        mlflow_server, logged_study.experiment_id, "tags.`specdec.role` = 'trial'", "metrics.`tokens_per_s`"
+    )
+    dom = _render_until(url, "mlflow-ui-trials", tmp_path, list(names.values()))
+    missing = [n for n in names.values() if n not in dom]
+    assert not missing, f"not in the rendered runs table: {missing}; see test-artifacts/mlflow-ui-trials.png"
+    assert "<strong>5</strong> matching runs" in dom
+
+
+def test_documented_search_works_in_the_browser(
+    mlflow_server: Server, logged_study: LoggedStudy, tmp_path: Path
+) -> None:
+    names = _run_names(logged_study, MlflowClient(mlflow_server.url))
+    query = "params.method = 'ngram' and metrics.speedup > 1"
+    url = _runs_page(mlflow_server, logged_study.experiment_id, query, "metrics.`speedup`")
+    # trials: 0 baseline, 1 ngram k=3, 2 draft-4l (pruned), 3 ngram k=5 (crashed), 4 ngram k=4
+    winners = [names[1], names[4]]
+    dom = _render_until(url, "mlflow-ui-search", tmp_path, winners)
+    assert all(n in dom for n in winners), "see test-artifacts/mlflow-ui-search.png"
+    for number in (0, 2, 3):
+        assert names[number] not in dom
+    assert "<strong>2</strong> matching runs" in dom
