@@ -1,6 +1,6 @@
 """Noise: one configuration measured in N fresh engines.
 
-    python benchmarks/noise.py --study studies/smollm2-cpu.yaml --candidate none --engines 3
+    python -m benchmarks.noise --study studies/smollm2-cpu.yaml --candidate none --engines 3
 
 Prints, per engine, the median output tokens/s and the within-engine CV over repeats, then the
 coefficient of variation of the medians across engines (what separates two trials of one config).

@@ -1,7 +1,7 @@
 """Overhead and pruning benchmarks: run the tuner on a study and split its wall time.
 
-    python benchmarks/study_timing.py overhead --study studies/smollm2-cpu.yaml
-    python benchmarks/study_timing.py pruning --study studies/smollm2-cpu.yaml --trials 6
+    python -m benchmarks.study_timing overhead --study studies/smollm2-cpu.yaml
+    python -m benchmarks.study_timing pruning --study studies/smollm2-cpu.yaml --trials 6
 
 overhead: share of the study's wall time spent outside engine start, warm-up and measured generation
           (target: under 5%).

@@ -120,8 +120,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         text = export_best(runner.study, args.export) if args.export else render_export(runner.study)
         if args.export:
             print(f"best configuration written to {args.export}", file=sys.stderr)
-            if runner.tracker is not None:
-                runner.tracker.log_text(runner.parent_run, text, "best_config.yaml")
         print(text)
     return EXIT_OK
 

@@ -133,9 +133,9 @@ def run(request: TrialRequest, outdir: Path) -> EngineResult:
 def _device_name(torch: Any) -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
-    import platform
+    from tuner.hardware import describe
 
-    return f"cpu ({platform.processor() or platform.machine()})"
+    return describe().hardware_class
 
 
 def _peak_memory(torch: Any) -> int | None:

@@ -67,7 +67,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
     try:
         pgid = os.getpgid(proc.pid)
     except ProcessLookupError:
@@ -188,7 +188,7 @@ def run_engine(
     if outcome.failure or outcome.pruned_reason:
         return outcome
     result_path = workdir / engine_worker.RESULT_FILE
-    if proc.returncode == 0 and result_path.exists():
+    if result_path.exists():
         outcome.result = EngineResult.model_validate_json(result_path.read_text())
         return outcome
     outcome.failure, outcome.message = classify_failure(proc.returncode, log_tail(log_path, 400))
@@ -204,9 +204,11 @@ def _watch(
     poll_s: float,
 ) -> None:
     progress_path = workdir / engine_worker.PROGRESS_FILE
+    result_path = workdir / engine_worker.RESULT_FILE
     offset = 0
     while True:
-        finished = proc.poll() is not None
+        # Once the result is written the engine's own shutdown is dead time: the group is killed.
+        finished = proc.poll() is not None or result_path.exists()
         offset = _read_events(progress_path, offset, outcome, on_progress)
         if outcome.pruned_reason or finished:
             return
