@@ -49,15 +49,8 @@ def main() -> None:
             spec = spec_from_candidate(candidate, **values)
         prompts = load_prompts(study.workload.prompts)
         w = study.workload
-        request = TrialRequest(
-            llm_kwargs=llm_kwargs(study.target, resolve_model(study.target.model), spec),
-            prompts=prompts,
-            max_tokens=w.max_tokens,
-            temperature=w.temperature,
-            batch_sizes=w.batch_sizes,
-            repeats=w.repeats,
-            warmup_prompts=w.warmup_prompts,
-            seed=study.target.seed,
+        request = TrialRequest.for_study(
+            study, prompts, llm_kwargs(study.target, resolve_model(study.target.model), spec)
         )
         rows, engines = [], []
         for i in range(args.engines):

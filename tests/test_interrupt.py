@@ -93,17 +93,24 @@ def test_ctrl_c_during_a_real_trial_then_resume(tmp_path: Path, demo_models: Non
     _check_resumed(data, "signal")
 
 
-def test_sigterm_kills_the_engine_and_resume_retries(tmp_path: Path) -> None:
-    data = study_dict(tmp_path, name="sigterm", budget={"trials": 3, "trial_timeout_s": 600})
+FAKE = {"SPECDEC_TUNER_ENGINE_MODULE": "tests.fake_engine"}
+
+
+def _start_hanging_study(tmp_path: Path, name: str) -> tuple[dict, Path, Path, subprocess.Popen[str]]:
+    """A fake-engine study whose first speculative trial hangs while ``hang`` exists; returns once it runs."""
+    data = study_dict(tmp_path, name=name, budget={"trials": 3, "trial_timeout_s": 600})
     hang = tmp_path / "hang"
     hang.touch()
     data["target"]["engine_args"]["fake_hang_file"] = str(hang)
     path = write_study(tmp_path, data)
-    workdir = tmp_path / "tuner-runs" / data["name"]
-    env = {"SPECDEC_TUNER_ENGINE_MODULE": "tests.fake_engine"}
-    proc = _start(path, tmp_path, env)
-    _wait_for(workdir / "trial-001" / "request.json", 120)
+    proc = _start(path, tmp_path, FAKE)
+    _wait_for(tmp_path / "tuner-runs" / name / "trial-001" / "request.json", 120)
     time.sleep(2)
+    return data, path, hang, proc
+
+
+def test_sigterm_kills_the_engine_and_resume_retries(tmp_path: Path) -> None:
+    data, path, hang, proc = _start_hanging_study(tmp_path, "sigterm")
     assert _engines_of(tmp_path, proc)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
@@ -111,28 +118,19 @@ def test_sigterm_kills_the_engine_and_resume_retries(tmp_path: Path) -> None:
     time.sleep(1)
     assert _engines_of(tmp_path, proc) == []
     hang.unlink()
-    res = run_cli(["optimize", "--study", str(path), "--no-progress"], tmp_path, env=env)
+    res = run_cli(["optimize", "--study", str(path), "--no-progress"], tmp_path, env=FAKE)
     assert res.returncode == 0, res.stderr[-3000:]
     _check_resumed(data, "signal")
 
 
 def test_kill_9_leaves_a_stale_trial_that_is_retried(tmp_path: Path) -> None:
-    data = study_dict(tmp_path, name="kill9", budget={"trials": 3, "trial_timeout_s": 600})
-    hang = tmp_path / "hang"
-    hang.touch()
-    data["target"]["engine_args"]["fake_hang_file"] = str(hang)
-    path = write_study(tmp_path, data)
-    workdir = tmp_path / "tuner-runs" / data["name"]
-    env = {"SPECDEC_TUNER_ENGINE_MODULE": "tests.fake_engine"}
-    proc = _start(path, tmp_path, env)
-    _wait_for(workdir / "trial-001" / "request.json", 120)
-    time.sleep(2)
+    data, path, hang, proc = _start_hanging_study(tmp_path, "kill9")
     proc.kill()
     proc.communicate(timeout=60)
     time.sleep(2)
     assert _engines_of(tmp_path, proc) == []  # the engine dies with its parent (PR_SET_PDEATHSIG)
     hang.unlink()
     time.sleep(store.GRACE_S + store.HEARTBEAT_S)  # let the dead trial's heartbeat go stale
-    res = run_cli(["optimize", "--study", str(path), "--no-progress"], tmp_path, env=env)
+    res = run_cli(["optimize", "--study", str(path), "--no-progress"], tmp_path, env=FAKE)
     assert res.returncode == 0, res.stderr[-3000:]
     _check_resumed(data, "kill")

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from tuner.prompts import Prompt
 from tuner.spec_metrics import SpecStats
+from tuner.study_config import StudyConfig
 
 
 class TrialRequest(BaseModel):
@@ -19,6 +20,21 @@ class TrialRequest(BaseModel):
     repeats: int
     warmup_prompts: int
     seed: int = 0
+
+    @classmethod
+    def for_study(cls, study: StudyConfig, prompts: list[Prompt], llm_kwargs: dict[str, Any]) -> TrialRequest:
+        """The study's workload, measured on an engine built with ``llm_kwargs``."""
+        w = study.workload
+        return cls(
+            llm_kwargs=llm_kwargs,
+            prompts=prompts,
+            max_tokens=w.max_tokens,
+            temperature=w.temperature,
+            batch_sizes=w.batch_sizes,
+            repeats=w.repeats,
+            warmup_prompts=min(w.warmup_prompts, len(prompts)),
+            seed=study.target.seed,
+        )
 
 
 class RepeatMeasurement(BaseModel):

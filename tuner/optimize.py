@@ -291,17 +291,7 @@ class StudyRunner:
         }
 
     def _measure(self, trial: Trial, spec: TrialSpec, kwargs: dict[str, Any]) -> RunOutcome:
-        w = self.config.workload
-        request = TrialRequest(
-            llm_kwargs=kwargs,
-            prompts=self.prompts,
-            max_tokens=w.max_tokens,
-            temperature=w.temperature,
-            batch_sizes=w.batch_sizes,
-            repeats=w.repeats,
-            warmup_prompts=min(w.warmup_prompts, len(self.prompts)),
-            seed=self.config.target.seed,
-        )
+        request = TrialRequest.for_study(self.config, self.prompts, kwargs)
         hook = _PruneHook(trial, spec, self.config, self.view, report=not self.multi_objective)
         return run_engine(request, self.workdir / f"trial-{trial.number:03d}", self.config.budget.trial_timeout_s, hook)
 
