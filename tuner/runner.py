@@ -68,27 +68,28 @@ def _die_with_parent() -> None:
 
 
 def kill_group(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        proc.wait()
-        return
+    """SIGTERM, then SIGKILL, to the engine's whole process group.
+
+    The engine was started in a session of its own, so its group id is its pid: the group (vLLM's
+    engine-core and worker processes) is found even after the engine process itself has died.
+    """
+    pgid = proc.pid
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
             break
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _group_alive(pgid):
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(0.2)
         if not _group_alive(pgid):
             break
-    # vLLM's own children share the group; make sure none outlive the engine.
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
