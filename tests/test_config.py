@@ -120,3 +120,14 @@ def test_prompt_formats(tmp_path: Path) -> None:
     prompts = load_prompts(path)
     assert [p.id for p in prompts] == ["1", "chat", "4"]
     assert prompts[0].text == "raw text" and prompts[1].messages is not None
+
+
+def test_gpu_study_file_is_valid() -> None:
+    from tuner.space import grid
+
+    study = load_study(Path(__file__).parent.parent / "studies" / "smollm2-h200.yaml")
+    assert study.workload.batch_sizes == [1, 64]
+    assert study.search.enforce_eager == [True, False]
+    assert {c.method for c in study.candidates} == {"none", "ngram", "draft_model"}
+    assert len(load_prompts(study.workload.prompts)) >= 8
+    assert len(grid(study)) > 20
