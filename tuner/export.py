@@ -61,12 +61,19 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     kwargs = target_kwargs if target_kwargs is not None else _trial_kwargs(study, chosen)
     lines = [
         f"# specdec-tuner: best configuration of study '{study.study_name}' (trial {chosen.number})",
-        f"# measured {dt.date.today().isoformat()} on {engine.get('device', '?')}, "
-        f"vLLM {engine.get('vllm', '?')}, torch {engine.get('torch', '?')}",
+        f"# measured {_measured_on(chosen)} on {engine.get('device', '?')}, "
+        f"vLLM {engine.get('vllm', '?')}, torch {engine.get('torch', '?')}; exported {dt.date.today().isoformat()}",
     ]
     label = spec.label() if spec else f"trial {chosen.number}"
     lines.append(f"# configuration: {label}")
-    lines.append(f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s (median of repeats)")
+    if len(metrics.levels) > 1:
+        weights = ", ".join(f"batch {lv.batch_size}: {lv.weight:.2f}" for lv in metrics.levels)
+        lines.append(
+            f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s, the weighted mean over batch sizes "
+            f"({weights}) of each level's median; per level below"
+        )
+    else:
+        lines.append(f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s (median of repeats)")
     if baseline is not None:
         base = _metrics(baseline)
         lines.append(
@@ -92,6 +99,11 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     lines.append("# use: vllm serve --config THIS_FILE")
     body = yaml.safe_dump(serve_config(kwargs), sort_keys=False, default_flow_style=False)
     return "\n".join(lines) + "\n" + body
+
+
+def _measured_on(trial: FrozenTrial) -> str:
+    when = trial.datetime_complete or trial.datetime_start
+    return when.date().isoformat() if when else "?"
 
 
 def _trial_kwargs(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:

@@ -298,7 +298,10 @@ class StudyRunner:
     def _record(self, trial: Trial, spec: TrialSpec, run_id: str, outcome: RunOutcome) -> float | list[float]:
         assert self.tracker is not None and self.view is not None and self.study is not None
         tracker = self.tracker
-        tracker.log_metrics(run_id, {"trial_wall_s": outcome.wall_s})
+        # From the engine process's launch until its whole group is gone: spawn, start, warm-up,
+        # measurement and shutdown. Study time outside these windows is the tuner's own overhead.
+        trial.set_user_attr(store.ENGINE_WALL, outcome.wall_s)
+        tracker.log_metrics(run_id, {"engine_wall_s": outcome.wall_s})
         if outcome.pruned_reason:
             saved = _pruning_saved_s(outcome, self.config)
             trial.set_user_attr(store.PRUNED_REASON, outcome.pruned_reason)

@@ -26,6 +26,7 @@ class LevelMetrics(BaseModel):
     speedup: float | None = None
     lossless_match_rate: float | None = None
     first_divergence: list[int | None] | None = None
+    weight: float = 1.0  # share of this batch size in the trial's score (workload.batch_weights)
 
 
 class TrialMetrics(BaseModel):
@@ -131,6 +132,8 @@ def score_result(
         levels.append(lv)
     weights = dict(zip(study.workload.batch_sizes, study.workload.weights(), strict=True))
     total_w = sum(weights[lv.batch_size] for lv in levels) or 1.0
+    for lv in levels:
+        lv.weight = weights[lv.batch_size] / total_w
     score = sum(weights[lv.batch_size] * lv.score for lv in levels) / total_w
     tps = sum(weights[lv.batch_size] * lv.tokens_per_s for lv in levels) / total_w
     metrics = TrialMetrics(
