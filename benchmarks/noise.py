@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import load_with_overrides, print_table, write_result
+from tuner.cli import quiet_libraries
 from tuner.measurement import TrialRequest
 from tuner.models.demo import prepare_demo
 from tuner.prompts import load_prompts
@@ -26,6 +27,7 @@ from tuner.trial_spec import baseline_spec, llm_kwargs, resolve_model, spec_from
 
 
 def main() -> None:
+    quiet_libraries()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", type=Path, default=Path("studies/smollm2-cpu.yaml"))
     parser.add_argument("--candidate", default="none", help="candidate name from the study")

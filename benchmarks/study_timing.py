@@ -22,6 +22,7 @@ import optuna
 
 from benchmarks.common import load_with_overrides, print_table, write_result
 from tuner import study_store as store
+from tuner.cli import quiet_libraries
 from tuner.optimize import OptimizeOptions, optimize
 
 
@@ -126,6 +127,7 @@ def pruning(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    quiet_libraries()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("which", choices=["overhead", "pruning"])
     parser.add_argument("--study", type=Path, default=Path("studies/smollm2-cpu.yaml"))

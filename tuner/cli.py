@@ -176,7 +176,7 @@ COMMANDS = {
 }
 
 
-def _quiet_libraries() -> None:
+def quiet_libraries() -> None:
     """Library chatter (experimental-API warnings, MLflow's table creation) hides the progress display."""
     import logging
     import warnings
@@ -191,7 +191,7 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _quiet_libraries()
+    quiet_libraries()
     try:
         return COMMANDS[args.command](args)
     except UserError as exc:
