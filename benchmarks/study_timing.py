@@ -8,11 +8,18 @@ overhead: where the study's wall time goes: engine start, warm-up, measured gene
           (time when no engine process exists: Optuna, MLflow, pre-flight; target: under 5%).
 pruning:  the same study (same sampler seed) with and without pruning: engine time of each and
           whether the best configuration changed.
+workers:  the same fixed set of trials (baseline + ``search.first_trials``, pruning off) run by one
+          worker and by ``optimize --workers N``: wall time of each and each trial's throughput.
+
+    python -m benchmarks.study_timing workers --study studies/smollm2-cpu.yaml --workers 1,2
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +27,7 @@ from typing import Any
 
 import optuna
 
-from benchmarks.common import load_with_overrides, print_table, write_result
+from benchmarks.common import ROOT, load_with_overrides, print_table, write_result
 from tuner import study_store as store
 from tuner.cli import quiet_libraries
 from tuner.optimize import OptimizeOptions, optimize
@@ -126,17 +133,67 @@ def pruning(args: argparse.Namespace) -> None:
     print(f"written {out}")
 
 
+WORKER_TRIALS = [
+    {"candidate": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": lo, "prompt_lookup_max": 4}
+    for k, lo in ((2, 2), (3, 2), (4, 3), (5, 2), (6, 3))
+]
+
+
+def workers(args: argparse.Namespace) -> None:
+    counts = [int(n) for n in args.workers.split(",")]
+    fixed = [f"search.first_trials={WORKER_TRIALS}", "pruning.enabled=false", "search.enforce_eager=[true]"]
+    runs: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            name = f"workers-{n}"
+            workdir = Path(tmp) / name
+            path = load_with_overrides(
+                args.study, [*args.set, *fixed, f"budget.trials={len(WORKER_TRIALS) + 1}"], workdir, name
+            )
+            cmd = [sys.executable, "-m", "tuner", "optimize", "--study", str(path), "--no-progress"]
+            cmd += ["--workdir", str(workdir / "runs")]
+            if n > 1:
+                cmd += ["--workers", str(n)]
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            started = time.monotonic()
+            done = subprocess.run(cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            wall = time.monotonic() - started
+            if done.returncode != 0:
+                raise SystemExit(f"{name}: optimize failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+            study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'optuna.db'}")
+            runs[name] = summarise(study, wall)
+    base = runs[f"workers-{counts[0]}"]["wall_s"]
+    rows = [
+        [name, r["wall_s"], base / r["wall_s"], sum(t["wall_s"] or 0.0 for t in r["trials"]), r["best"]]
+        for name, r in runs.items()
+    ]
+    print_table(["study", "wall s", "speed-up", "sum of trial walls s", "best configuration"], rows)
+    labels = [t["label"] for t in runs[f"workers-{counts[0]}"]["trials"]]
+    per_trial = []
+    for label in labels:
+        row: list[Any] = [label]
+        for r in runs.values():
+            match = [t for t in r["trials"] if t["label"] == label]
+            row.append(match[0]["tokens_per_s"] if match else None)
+        per_trial.append(row)
+    print()
+    print_table(["configuration", *(f"tok/s {n}" for n in runs)], per_trial)
+    out = write_result("workers", {"runs": runs, "overrides": args.set})
+    print(f"\nwritten {out}")
+
+
 def main() -> None:
     quiet_libraries()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["overhead", "pruning"])
+    parser.add_argument("which", choices=["overhead", "pruning", "workers"])
     parser.add_argument("--study", type=Path, default=Path("studies/smollm2-cpu.yaml"))
     parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--workers", default="1,2", help="workers: worker counts to compare")
     parser.add_argument("--storage", help="overhead: analyse this study's last run instead of running one")
     parser.add_argument("--set", action="append", default=[], help="override, e.g. workload.max_tokens=32")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    {"overhead": overhead, "pruning": pruning}[args.which](args)
+    {"overhead": overhead, "pruning": pruning, "workers": workers}[args.which](args)
 
 
 if __name__ == "__main__":

@@ -85,9 +85,9 @@ class StudyRunner:
             print(f"warning: candidate '{name}' removed from the search space: {reason}", file=sys.stderr)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.storage = storage = store.open_storage(self.storage_url)
-        self.tracker = open_tracker(self.tracking_uri, self.config.experiment_name)
         self.hardware = describe_hardware()
         with study_lock(storage, self.config.name):  # several workers may start at once
+            self.tracker = open_tracker(self.tracking_uri, self.config.experiment_name)
             self.study = self._create_study(storage)
             self._check_hardware()
             self._open_parent()

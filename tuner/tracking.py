@@ -29,13 +29,23 @@ class Tracker:
     def __init__(self, tracking_uri: str, experiment: str) -> None:
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
-        found = self.client.get_experiment_by_name(experiment)
-        if found is None:
-            self.experiment_id = self.client.create_experiment(experiment)
-        else:
-            if found.lifecycle_stage == "deleted":
-                self.client.restore_experiment(found.experiment_id)
-            self.experiment_id = found.experiment_id
+        self.experiment_id = self._get_or_create_experiment(experiment)
+
+    def _get_or_create_experiment(self, name: str) -> str:
+        # Several workers start at once: the one that loses the creation race reads the winner's.
+        for attempt in range(5):
+            found = self.client.get_experiment_by_name(name)
+            if found is not None:
+                if found.lifecycle_stage == "deleted":
+                    self.client.restore_experiment(found.experiment_id)
+                return str(found.experiment_id)
+            try:
+                return str(self.client.create_experiment(name))
+            except Exception:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     # -- parent run --------------------------------------------------------------------------
     def open_parent(self, run_id: str | None, study_name: str, tags: dict[str, str]) -> str:

@@ -1,7 +1,8 @@
 """``optimize --workers N``: N local ``tuner worker`` processes sharing one study.
 
-The parent creates the study, its MLflow parent run and the baseline first, so workers only join.
+The parent creates the study and its MLflow parent run and enqueues the baseline, so workers only join.
 GPUs are split between workers (``CUDA_VISIBLE_DEVICES``); with fewer GPUs than workers they share.
+Without GPUs, the CPU cores are split between the workers' engines (``VLLM_CPU_OMP_THREADS_BIND``).
 """
 
 from __future__ import annotations
@@ -36,11 +37,26 @@ def gpu_slices(workers: int, gpus: list[str], per_worker: int) -> list[str | Non
     return [",".join(groups[i % len(groups)]) for i in range(workers)]
 
 
+def cpu_slices(workers: int, cpus: list[int]) -> list[str | None]:
+    """Each CPU worker's engine cores (``VLLM_CPU_OMP_THREADS_BIND``), disjoint and even.
+
+    vLLM's CPU build binds every engine to the same cores by default ("auto": the first cores of the
+    NUMA node), so without this two local workers would share one core and leave the others idle."""
+    if workers < 2 or len(cpus) < workers:
+        return [None] * workers
+    per = len(cpus) // workers
+    return [",".join(str(c) for c in cpus[i * per : (i + 1) * per]) for i in range(workers)]
+
+
 def run_workers(runner: StudyRunner, study_path: Path, workers: int, gpus_per_worker: int, log_dir: Path) -> list[int]:
     """Start the workers, show the study's progress from its storage, wait. Returns exit codes."""
     assert runner.study is not None
     log_dir.mkdir(parents=True, exist_ok=True)
-    slices = gpu_slices(workers, visible_gpu_ids(), gpus_per_worker)
+    gpus = visible_gpu_ids()
+    slices = gpu_slices(workers, gpus, gpus_per_worker)
+    own_cores: list[str | None] = [None] * workers
+    if not gpus and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        own_cores = cpu_slices(workers, sorted(os.sched_getaffinity(0)))
     procs: list[subprocess.Popen[bytes]] = []
     for index, devices in enumerate(slices):
         env = dict(
@@ -48,6 +64,8 @@ def run_workers(runner: StudyRunner, study_path: Path, workers: int, gpus_per_wo
         )
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = devices
+        if own_cores[index] is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = str(own_cores[index])
         cmd = [
             sys.executable,
             "-m",
@@ -68,7 +86,10 @@ def run_workers(runner: StudyRunner, study_path: Path, workers: int, gpus_per_wo
         log = (log_dir / f"worker-{index}.log").open("wb")
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         print(
-            f"worker {index} started (pid {procs[-1].pid}, GPUs {devices or 'none'}), log {log.name}", file=sys.stderr
+            f"worker {index} started (pid {procs[-1].pid}, GPUs {devices or 'none'}"
+            + (f", CPU cores {own_cores[index]}" if own_cores[index] else "")
+            + f"), log {log.name}",
+            file=sys.stderr,
         )
     try:
         done = -1
