@@ -141,14 +141,15 @@ WORKER_TRIALS = [
 
 def workers(args: argparse.Namespace) -> None:
     counts = [int(n) for n in args.workers.split(",")]
-    fixed = [f"search.first_trials={WORKER_TRIALS}", "pruning.enabled=false", "search.enforce_eager=[true]"]
+    first = WORKER_TRIALS[: max(args.trials - 1, 0)]
+    fixed = [f"search.first_trials={first}", "pruning.enabled=false", "search.enforce_eager=[true]"]
     runs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
             name = f"workers-{n}"
             workdir = Path(tmp) / name
             path = load_with_overrides(
-                args.study, [*args.set, *fixed, f"budget.trials={len(WORKER_TRIALS) + 1}"], workdir, name
+                args.study, [*args.set, *fixed, f"budget.trials={len(first) + 1}"], workdir, name
             )
             cmd = [sys.executable, "-m", "tuner", "optimize", "--study", str(path), "--no-progress"]
             cmd += ["--workdir", str(workdir / "runs")]
