@@ -17,7 +17,6 @@ workers:  the same fixed set of trials (baseline + ``search.first_trials``, prun
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,10 +26,11 @@ from typing import Any
 
 import optuna
 
-from benchmarks.common import ROOT, load_with_overrides, print_table, write_result
+from benchmarks.common import load_with_overrides, print_table, write_result
 from tuner import study_store as store
 from tuner.cli import quiet_libraries
 from tuner.optimize import OptimizeOptions, optimize
+from tuner.runner import env_with_project
 
 
 def run_study(study: Path, overrides: list[str], workdir: Path, name: str) -> dict[str, Any]:
@@ -155,21 +155,23 @@ def workers(args: argparse.Namespace) -> None:
             cmd += ["--workdir", str(workdir / "runs")]
             if n > 1:
                 cmd += ["--workers", str(n)]
-            env = dict(os.environ, PYTHONPATH=str(ROOT))
             started = time.monotonic()
-            done = subprocess.run(cmd, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            done = subprocess.run(
+                cmd, cwd=workdir, env=env_with_project(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             wall = time.monotonic() - started
             if done.returncode != 0:
                 raise SystemExit(f"{name}: optimize failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
             study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'optuna.db'}")
             runs[name] = summarise(study, wall)
-    base = runs[f"workers-{counts[0]}"]["wall_s"]
+    first_run = runs[f"workers-{counts[0]}"]
+    base = first_run["wall_s"]
     rows = [
         [name, r["wall_s"], base / r["wall_s"], sum(t["wall_s"] or 0.0 for t in r["trials"]), r["best"]]
         for name, r in runs.items()
     ]
     print_table(["study", "wall s", "speed-up", "sum of trial walls s", "best configuration"], rows)
-    labels = [t["label"] for t in runs[f"workers-{counts[0]}"]["trials"]]
+    labels = [t["label"] for t in first_run["trials"]]
     per_trial = []
     for label in labels:
         row: list[Any] = [label]

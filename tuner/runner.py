@@ -38,6 +38,15 @@ _INVALID_MARKERS = (
     "without speculative model",
 )
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def env_with_project() -> dict[str, str]:
+    """This process's environment with the project first on PYTHONPATH (kept: the GPU host needs its own)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 # The module run as a trial's engine process; tests of the search logic point it at a fake engine.
 ENGINE_MODULE_ENV = "SPECDEC_TUNER_ENGINE_MODULE"
 
@@ -157,10 +166,9 @@ def run_engine(
     request_path = workdir / engine_worker.REQUEST_FILE
     request_path.write_text(public.model_dump_json(indent=2))
     log_path = workdir / engine_worker.LOG_FILE
-    env = dict(os.environ)
+    env = env_with_project()
     env["PYTHONUNBUFFERED"] = "1"
     env[engine_worker.SECRET_ARGS_ENV] = json.dumps(secrets)  # never written to disk
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
 
     outcome = RunOutcome(log_path=log_path)
     start = time.monotonic()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tuner import study_store as store
 from tuner.optimize import StudyRunner
-from tuner.runner import PROJECT_ROOT
+from tuner.runner import env_with_project
 
 
 def visible_gpu_ids() -> list[str]:
@@ -59,9 +59,7 @@ def run_workers(runner: StudyRunner, study_path: Path, workers: int, gpus_per_wo
         own_cores = cpu_slices(workers, sorted(os.sched_getaffinity(0)))
     procs: list[subprocess.Popen[bytes]] = []
     for index, devices in enumerate(slices):
-        env = dict(
-            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
-        )
+        env = env_with_project()
         if devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = devices
         if own_cores[index] is not None:
