@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from tuner.engine.hardware import cpu_model
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -42,7 +44,7 @@ def load_with_overrides(study_path: Path, overrides: list[str], workdir: Path, n
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "host": platform.node(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
     }
@@ -57,16 +59,6 @@ def machine() -> dict[str, Any]:
     except ImportError:
         pass
     return info
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:
@@ -106,3 +98,19 @@ def git_revision() -> str:
         ).stdout.strip()
     except OSError:
         return ""
+
+
+def best_per_batch(rows: list[dict[str, Any]], sizes: list[int], id_key: str) -> dict[str, Any]:
+    """Per batch size, the row (with ``metrics``) whose level there scored highest, by its ``id_key``."""
+    out: dict[str, Any] = {}
+    for bs in sizes:
+        cands = [(r, lv) for r in rows for lv in r["metrics"]["levels"] if lv["batch_size"] == bs]
+        if cands:
+            r, lv = max(cands, key=lambda x: x[1]["score"])
+            out[str(bs)] = {
+                id_key: r[id_key],
+                "label": r["label"],
+                "tokens_per_s": lv["tokens_per_s"],
+                "speedup": lv["speedup"],
+            }
+    return out

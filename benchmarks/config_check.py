@@ -1,22 +1,21 @@
 """Check an exported configuration the way a user would use it: start vLLM from it and generate.
 
-    python -m benchmarks.config_check serve --config best.yaml --out serve_check.json [--port 8011]
+    python -m benchmarks.config_check serve --config best.yaml --out serve_check.json [--port 8011] [--host 127.0.0.1]
     python -m benchmarks.config_check engine --config best.yaml --out engine_check.json
 
 ``serve`` runs ``vllm serve --config FILE`` (as ``python -m vllm.entrypoints.cli.main``), waits for
-``/health``, asks ``/v1/completions`` for a few tokens and stops the server. ``engine`` is the
-equivalent engine construction for builds whose CLI cannot start (vLLM's parser reads the file, then
-``vllm.LLM`` is built from it). Both record whether the engine log shows the speculative settings.
+``/health``, asks ``/v1/completions`` for a few tokens and stops the server; the server listens on
+loopback only (``--host 127.0.0.1``; vLLM's own default is every interface) unless ``--host`` says
+otherwise. ``engine`` is the equivalent engine construction for builds whose CLI cannot start
+(vLLM's parser reads the file, then ``vllm.LLM`` is built from it). Both record whether the engine log shows the speculative settings.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -25,7 +24,25 @@ from typing import Any
 
 import yaml
 
+from tuner.engine.process import EngineNotReady, EngineProcess
+
 PROMPT = "The capital of France is"
+LOOPBACK = "127.0.0.1"
+
+
+def serve_command(config: Path, port: int, host: str = LOOPBACK) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "--config",
+        str(config),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
 
 
 def _spec_from_log(text: str) -> dict[str, Any]:
@@ -37,29 +54,33 @@ def _spec_from_log(text: str) -> dict[str, Any]:
     }
 
 
-def serve(config: Path, port: int, timeout_s: float, log_path: Path) -> dict[str, Any]:
-    base = f"http://127.0.0.1:{port}"
+def _reachable(host: str) -> str:
+    """Where this check connects to a server listening on ``host`` (a wildcard is reached on loopback)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host  # a host name
+    if address.is_unspecified:
+        return LOOPBACK
+    return f"[{host}]" if address.version == 6 else host
+
+
+def serve(config: Path, port: int, timeout_s: float, log_path: Path, host: str = LOOPBACK) -> dict[str, Any]:
+    base = f"http://{_reachable(host)}:{port}"
     result: dict[str, Any] = {"mode": "vllm serve --config", "ok": False}
     t0 = time.monotonic()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "--config", str(config), "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    server = EngineProcess(
+        serve_command(config, port, host),
+        log_path,
+        ready=lambda: _healthy(base),
+        ready_timeout_s=timeout_s,
+        poll_s=1.0,
+        grace_s=30.0,
+        guard=False,
+    )
     try:
-        while time.monotonic() - t0 < timeout_s and proc.poll() is None:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=5)
-                break
-            except OSError:
-                time.sleep(1)
-        result["ready_s"] = round(time.monotonic() - t0, 1)
-        if proc.poll() is not None:
-            result["error"] = f"server exited with code {proc.returncode} before it was ready"
-        else:
+        with server:
+            result["ready_s"] = round(time.monotonic() - t0, 1)
             model = json.load(urllib.request.urlopen(base + "/v1/models", timeout=10))["data"][0]["id"]
             body = {"model": model, "prompt": PROMPT, "max_tokens": 16, "temperature": 0}
             request = urllib.request.Request(
@@ -69,27 +90,26 @@ def serve(config: Path, port: int, timeout_s: float, log_path: Path) -> dict[str
             result.update(
                 ok=True, model=model, prompt=PROMPT, text=reply["choices"][0]["text"], usage=reply.get("usage")
             )
+    except EngineNotReady as exc:
+        result["ready_s"] = round(time.monotonic() - t0, 1)
+        if exc.exit_code is not None:
+            result["error"] = f"server exited with code {exc.exit_code} before it was ready"
+        else:
+            result["error"] = f"server was not ready within {timeout_s:g} s"
     except Exception as exc:
         result["error"] = repr(exc)[:500]
-    finally:
-        _stop(proc)
     result.update(_spec_from_log(log_path.read_text(errors="replace")))
     if not result["ok"]:
         result["log_tail"] = log_path.read_text(errors="replace").splitlines()[-30:]
     return result
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+def _healthy(base: str) -> bool:
+    try:
+        urllib.request.urlopen(base + "/health", timeout=5)
+    except OSError:
+        return False
+    return True
 
 
 def engine(config: Path) -> dict[str, Any]:
@@ -102,7 +122,9 @@ def engine(config: Path) -> dict[str, Any]:
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
     parsed = parser.parse_args(["--config", str(config)])
     result["parsed_speculative_config"] = getattr(parsed, "speculative_config", None)
-    kwargs = {k.replace("-", "_"): v for k, v in yaml.safe_load(config.read_text()).items()}
+    # Every key of the file, with the value vLLM's parser gave it (`no-enforce-eager: true` -> enforce_eager=False).
+    keys = [k.removeprefix("no-") if v is True else k for k, v in yaml.safe_load(config.read_text()).items()]
+    kwargs = {k.replace("-", "_"): getattr(parsed, k.replace("-", "_")) for k in keys}
     t0 = time.monotonic()
     llm = LLM(**kwargs)
     result["ready_s"] = round(time.monotonic() - t0, 1)
@@ -119,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--port", type=int, default=8011)
+    parser.add_argument("--host", default=LOOPBACK, help="address the server listens on (default: loopback only)")
     parser.add_argument("--timeout-s", type=float, default=300.0)
     args = parser.parse_args(argv)
     if args.mode == "serve":
-        result = serve(args.config, args.port, args.timeout_s, args.out.with_suffix(".log"))
+        result = serve(args.config, args.port, args.timeout_s, args.out.with_suffix(".log"), args.host)
     else:
         try:
             result = engine(args.config)

@@ -20,18 +20,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import best_per_batch
 from benchmarks.vllm_log import parse_log
+from tuner.results.stats import median
 
 # Gaps between trials longer than this were spent outside the study (another command, a new session).
 MAX_GAP_S = 120.0
 
 
 def _median(values: list[float]) -> float | None:
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return median(values) if values else None
 
 
 def _load_json(path: Path) -> Any:
@@ -58,8 +56,8 @@ def _progress(path: Path) -> dict[str, Any]:
 
 # -- study ----------------------------------------------------------------------------------------
 def study_summary(study_file: Path, storage: str, workdir: Path, timings: Path | None) -> dict[str, Any]:
-    from tuner import study_store as store
-    from tuner.study_loader import load_study
+    from tuner.results import store
+    from tuner.study.loader import load_study
 
     config = load_study(study_file)
     study = store.load_existing(storage, config.name)
@@ -69,7 +67,7 @@ def study_summary(study_file: Path, storage: str, workdir: Path, timings: Path |
         spec = store.trial_spec(t)
         metrics = store.trial_metrics(t)
         run_dir = trials_dir / f"trial-{t.number:03d}"
-        duplicate = t.user_attrs.get(store.DUPLICATE_OF)
+        duplicate = store.record_value(t, "duplicate_of")
         wall = (
             (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_complete and t.datetime_start
@@ -84,10 +82,10 @@ def study_summary(study_file: Path, storage: str, workdir: Path, timings: Path |
             "completed": t.datetime_complete.isoformat() if t.datetime_complete else None,
             "wall_s": wall,
             "duplicate_of": duplicate,
-            "pruned_reason": t.user_attrs.get(store.PRUNED_REASON),
-            "failure": t.user_attrs.get(store.FAILURE),
-            "error": (t.user_attrs.get(store.ERROR) or "")[:500] or None,
-            "engine": t.user_attrs.get(store.ENGINE),
+            "pruned_reason": store.record_value(t, "pruned_reason"),
+            "failure": store.record_value(t, "failure_class"),
+            "error": (store.record_value(t, "error") or "")[:500] or None,
+            "engine": store.record_value(t, "engine"),
         }
         if duplicate is None:
             prog = _progress(run_dir / "progress.jsonl")
@@ -140,24 +138,8 @@ def _best_entry(trial: Any, store: Any) -> dict[str, Any] | None:
 
 
 def _best_per_batch(rows: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for bs in sizes:
-        cands = []
-        for r in rows:
-            if r["state"] != "COMPLETE" or "metrics" not in r or r.get("duplicate_of") is not None:
-                continue
-            lv = next((x for x in r["metrics"]["levels"] if x["batch_size"] == bs), None)
-            if lv is not None:
-                cands.append((r, lv))
-        if cands:
-            r, lv = max(cands, key=lambda x: x[1]["score"])
-            out[str(bs)] = {
-                "number": r["number"],
-                "label": r["label"],
-                "tokens_per_s": lv["tokens_per_s"],
-                "speedup": lv["speedup"],
-            }
-    return out
+    measured = [r for r in rows if r["state"] == "COMPLETE" and "metrics" in r and r.get("duplicate_of") is None]
+    return best_per_batch(measured, sizes, "number")
 
 
 def _time_to_best(rows: list[dict[str, Any]], best_number: int | None) -> float | None:
@@ -234,7 +216,7 @@ def _compile_cache(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- comparison ----------------------------------------------------------------------------------
 def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[str, Any]:
     from benchmarks import grid as grid_mod
-    from tuner.study_loader import load_study
+    from tuner.study.loader import load_study
 
     config = load_study(study_file)
     data = _load_json(grid_path)
@@ -247,7 +229,7 @@ def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[
     for t in summary["trials"]:
         if t["state"] != "COMPLETE" or t.get("duplicate_of") is not None or not t.get("spec") or "metrics" not in t:
             continue
-        from tuner.trial_spec import TrialSpec
+        from tuner.trial.spec import TrialSpec
 
         key = repr(TrialSpec.model_validate(t["spec"]).key())
         if key in by_key:

@@ -21,7 +21,8 @@
 #   compare  which configuration each found best, GPU time of each -> OUTDIR/comparison.json
 # Every step appends its wall time to OUTDIR/timings.jsonl.
 #
-# Environment: PYTHON (python3), STUDY (studies/smollm2-h200.yaml), N_TRIALS (default: the study's
+# Environment: PYTHON (python3), STUDY (studies/smollm2-h200.yaml), PREPARE_ARGS (e.g. --wide for
+# studies/wide-h200.yaml), N_TRIALS (default: the study's
 # budget.trials), STUDY_TIME_LIMIT_S (stop the study after this long; it resumes next time),
 # SPECDEC_TUNER_CACHE (default OUTDIR/cache), VLLM_CACHE_ROOT (default OUTDIR/vllm-cache, so a fresh
 # OUTDIR starts with a cold compile cache), SERVE_PORT (8011), SERVE_TIMEOUT_S (300).
@@ -75,7 +76,7 @@ print(json.dumps(info))
 EOF
 }
 
-step_prepare() { "$PY" -m tuner models prepare-demo; }
+step_prepare() { "$PY" -m tuner models prepare-demo ${PREPARE_ARGS:-}; }
 
 step_study() {
   local args=(-m tuner optimize --study "$STUDY" --storage "$STORAGE" --tracking-uri "$TRACKING"

@@ -6,7 +6,7 @@ users tune today, for comparison with the tuner.
     python -m benchmarks.grid --study ... --results OUT/grid.json --only 1,19,20 --deadline-s 540
     python -m benchmarks.grid --study ... --results OUT/grid.json --summary
 
-Configurations are numbered in the order of ``tuner.space.grid`` (``--list`` prints them). Each one
+Configurations are numbered in the order of ``tuner.study.space.grid`` (``--list`` prints them). Each one
 runs in its own engine process through the tuner's runner, so it is measured exactly as a trial is,
 but with no sampler and no pruning. The results file is rewritten after every configuration; the
 same command again skips what is already measured, so a grid can be spread over several sessions
@@ -25,15 +25,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import best_per_batch
 from benchmarks.vllm_log import parse_log
-from tuner.measurement import EngineResult, TrialRequest
-from tuner.prompts import load_prompts
-from tuner.runner import run_engine
-from tuner.scoring import TrialMetrics, score_result
-from tuner.space import grid
-from tuner.study_config import StudyConfig
-from tuner.study_loader import load_study
-from tuner.trial_spec import TrialSpec, llm_kwargs, resolve_model
+from tuner.engine.process import run_engine
+from tuner.engine.request import EngineResult, TrialRequest
+from tuner.results.scoring import apply_reference, reference_levels, score_result
+from tuner.study.config import StudyConfig
+from tuner.study.loader import load_study
+from tuner.study.prompts import load_prompts
+from tuner.study.space import grid
+from tuner.trial.spec import TrialSpec, llm_kwargs, resolve_model
 
 # Expected seconds for a configuration before any of its kind was measured (engine start + measurement).
 DEFAULT_EXPECTED_S = 90.0
@@ -186,13 +187,13 @@ def _short(record: dict[str, Any], config: StudyConfig) -> str:
 def scored_runs(config: StudyConfig, data: dict[str, Any]) -> list[dict[str, Any]]:
     """Every finished run with its metrics against the best no-speculation run of the grid."""
     results = {r["key"]: EngineResult.model_validate(r["result"]) for r in data["runs"] if r.get("ok")}
-    base_key: str | None = None
-    base_metrics: TrialMetrics | None = None
-    for r in data["runs"]:
-        if r.get("ok") and r["spec"]["method"] == "none":
-            m = score_result(results[r["key"]], config)
-            if base_metrics is None or m.score > base_metrics.score:
-                base_key, base_metrics = r["key"], m
+    baselines = {
+        r["key"]: score_result(results[r["key"]], config)
+        for r in data["runs"]
+        if r.get("ok") and r["spec"]["method"] == "none"
+    }
+    reference = reference_levels(baselines.values())  # per batch size, the best baseline (as the tuner does)
+    base_key = max(baselines, key=lambda k: apply_reference(baselines[k], reference).score, default=None)
     base_tokens = results[base_key].token_ids if base_key else None
     out = []
     for r in data["runs"]:
@@ -200,11 +201,7 @@ def scored_runs(config: StudyConfig, data: dict[str, Any]) -> list[dict[str, Any
             continue
         row = {k: v for k, v in r.items() if k != "result"}
         if r.get("ok"):
-            metrics = score_result(results[r["key"]], config, base_metrics, base_tokens)
-            if r["key"] == base_key:
-                metrics.speedup = 1.0
-                for lv in metrics.levels:
-                    lv.speedup = 1.0
+            metrics = score_result(results[r["key"]], config, None, base_tokens, reference=reference)
             row["metrics"] = metrics.model_dump(mode="json")
             row["is_reference"] = r["key"] == base_key
         out.append(row)
@@ -215,21 +212,7 @@ def summary(config: StudyConfig, data: dict[str, Any]) -> dict[str, Any]:
     rows = scored_runs(config, data)
     ok = [r for r in rows if "metrics" in r]
     best = max(ok, key=lambda r: r["metrics"]["score"], default=None)
-    per_batch: dict[str, Any] = {}
-    for bs in config.workload.batch_sizes:
-
-        def level(r: dict[str, Any], bs: int = bs) -> dict[str, Any] | None:
-            return next((lv for lv in r["metrics"]["levels"] if lv["batch_size"] == bs), None)
-
-        with_level = [(r, lv) for r in ok if (lv := level(r)) is not None]
-        if with_level:
-            r, lv = max(with_level, key=lambda x: x[1]["score"])
-            per_batch[str(bs)] = {
-                "label": r["label"],
-                "index": r["index"],
-                "tokens_per_s": lv["tokens_per_s"],
-                "speedup": lv["speedup"],
-            }
+    per_batch = best_per_batch(ok, config.workload.batch_sizes, "index")
     return {
         "configs_total": data.get("configs_total"),
         "configs_measured": len(rows),

@@ -15,15 +15,15 @@ from typing import Any
 
 from benchmarks.common import load_with_overrides, print_table, write_result
 from tuner.cli import quiet_libraries
-from tuner.measurement import TrialRequest
+from tuner.engine.process import run_engine
+from tuner.engine.request import TrialRequest
 from tuner.models.demo import prepare_demo
-from tuner.prompts import load_prompts
-from tuner.runner import run_engine
-from tuner.scoring import score_result
-from tuner.space import find_candidate
-from tuner.stats import coefficient_of_variation, median
-from tuner.study_loader import load_study
-from tuner.trial_spec import baseline_spec, llm_kwargs, resolve_model, spec_from_candidate
+from tuner.results.scoring import score_result
+from tuner.results.stats import coefficient_of_variation, median
+from tuner.study.loader import load_study
+from tuner.study.prompts import load_prompts
+from tuner.study.space import find_candidate
+from tuner.trial.spec import baseline_spec, llm_kwargs, resolve_model, spec_from_candidate
 
 
 def main() -> None:

@@ -27,10 +27,10 @@ from typing import Any
 import optuna
 
 from benchmarks.common import load_with_overrides, print_table, write_result
-from tuner import study_store as store
 from tuner.cli import quiet_libraries
-from tuner.optimize import OptimizeOptions, optimize
-from tuner.runner import env_with_project
+from tuner.engine.process import env_with_project
+from tuner.results import store
+from tuner.trial.optimize import OptimizeOptions, optimize
 
 
 def run_study(study: Path, overrides: list[str], workdir: Path, name: str) -> dict[str, Any]:
@@ -62,9 +62,9 @@ def summarise(study: optuna.Study, wall: float) -> dict[str, Any]:
                 "measured_s": metrics.measured_s if metrics else None,
                 "tokens_per_s": metrics.tokens_per_s if metrics else None,
                 "score": metrics.score if metrics else None,
-                "pruned_reason": t.user_attrs.get(store.PRUNED_REASON),
-                "pruning_saved_s": t.user_attrs.get("pruning_saved_s"),
-                "engine_wall_s": t.user_attrs.get(store.ENGINE_WALL),
+                "pruned_reason": store.record_value(t, "pruned_reason"),
+                "pruning_saved_s": store.record_value(t, "pruning_saved_s"),
+                "engine_wall_s": store.record_value(t, "engine_wall_s"),
             }
         )
     best = store.best_trial(study)
@@ -74,7 +74,7 @@ def summarise(study: optuna.Study, wall: float) -> dict[str, Any]:
 
 def overhead(args: argparse.Namespace) -> None:
     if args.storage:  # a study already run, e.g. by scripts/demo.sh: its last run's wall time
-        from tuner.study_loader import load_study
+        from tuner.study.loader import load_study
 
         study = optuna.load_study(study_name=load_study(args.study).name, storage=args.storage)
         result = summarise(study, float(study.user_attrs["last_run_wall_s"]))

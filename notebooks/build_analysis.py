@@ -57,8 +57,9 @@ from mlflow.tracking import MlflowClient
 ROOT = Path.cwd() if (Path.cwd() / "tuner").is_dir() else Path.cwd().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tuner import plots, report
-from tuner import study_store as store
+from tuner.outputs import plots
+from tuner.outputs import report
+from tuner.results import store
 
 STORAGE = os.environ.get("SPECDEC_STUDY_STORAGE", f"sqlite:///{ROOT / 'optuna.db'}")
 STUDY_NAME = os.environ.get("SPECDEC_STUDY_NAME", "smollm2-cpu")
@@ -151,8 +152,9 @@ else:
         "md",
         """## 3. The key plots
 
-**Optimisation history.** Each trial's score (median output tokens/s minus a penalty times its MAD, weighted over
-batch sizes); the step line is the best so far. Baselines come first, then `search.first_trials`, then the
+**Optimisation history.** Each trial's score: per batch size, (median output tokens/s minus a penalty times its
+MAD) over the best no-speculation median at that batch size, averaged with `batch_weights`; the step line is the
+best so far. Baselines come first, then `search.first_trials`, then the
 sampler. Crosses are pruned trials at their last partial throughput, red triangles failed trials.""",
     ),
     ("code", "plots.history(rows)"),

@@ -62,6 +62,8 @@ def study_dict(tmp: Path, name: str = "test-study", **overrides: Any) -> dict[st
         "search": {"enforce_eager": [True], "seed": 1, "startup_trials": 2},
         "workload": {"prompts": str(prompts), "max_tokens": 24, "batch_sizes": [4], "repeats": 2, "warmup_prompts": 1},
         "budget": {"trials": 3, "trial_timeout_s": 600},
+        # Off unless a test is about it: each confirmation engine is one more engine start.
+        "confirm": {"enabled": False},
         "storage": f"sqlite:///{tmp / 'optuna.db'}",
         "tracking": {"uri": f"sqlite:///{tmp / 'mlflow.db'}", "experiment": name},
     }
@@ -126,6 +128,8 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, demo_models: None) -> R
         {"candidate": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
         {"candidate": "draft-4l", "num_speculative_tokens": 2},
     ]
+    # The smallest confirmation: one fresh engine each for the best speculative trial and the baseline.
+    data["confirm"] = {"enabled": True, "rounds": 1, "repeats": 1}
     path = write_study(tmp, data)
     export = tmp / "best.yaml"
     result = run_cli(["optimize", "--study", str(path), "--export", str(export)], cwd=tmp)

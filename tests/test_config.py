@@ -9,8 +9,8 @@ import pytest
 
 from tests.conftest import study_dict, write_study
 from tuner.errors import UserError
-from tuner.prompts import load_prompts
-from tuner.study_loader import load_study
+from tuner.study.loader import load_study
+from tuner.study.prompts import load_prompts
 
 
 def _error(tmp_path: Path, **overrides: object) -> str:
@@ -123,7 +123,7 @@ def test_prompt_formats(tmp_path: Path) -> None:
 
 
 def test_gpu_study_file_is_valid() -> None:
-    from tuner.space import grid
+    from tuner.study.space import grid
 
     study = load_study(Path(__file__).parent.parent / "studies" / "smollm2-h200.yaml")
     assert study.workload.batch_sizes == [1, 64]

@@ -13,17 +13,18 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_cli, study_dict, write_study
-from tuner import study_store as store
-from tuner.measurement import ProgressEvent, TrialRequest
-from tuner.prompts import Prompt
-from tuner.runner import run_engine
-from tuner.trial_spec import baseline_spec, llm_kwargs, resolve_model
+from tuner.engine import process_guard
+from tuner.engine.process import run_engine
+from tuner.engine.request import ProgressEvent, TrialRequest
+from tuner.results import store
+from tuner.study.prompts import Prompt
+from tuner.trial.spec import baseline_spec, llm_kwargs, resolve_model
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("demo_models")]
 
 
 def _request(tmp_path: Path) -> TrialRequest:
-    from tuner.study_loader import load_study
+    from tuner.study.loader import load_study
 
     study = load_study(write_study(tmp_path, study_dict(tmp_path)))
     kwargs = llm_kwargs(study.target, resolve_model(study.target.model), baseline_spec(True))
@@ -41,10 +42,12 @@ def _request(tmp_path: Path) -> TrialRequest:
 
 def _processes_with(marker: str) -> list[int]:
     """Processes started with ``marker`` in their environment (this process's own /proc environ is
-    the one it started with, so it never matches)."""
+    the one it started with, so it never matches), other than this process's guard, which lives as
+    long as this process (tuner.engine.process_guard)."""
     pids = []
+    guard = process_guard._guard.pid if process_guard._guard is not None else None
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+        if entry.name.isdigit() and int(entry.name) != guard:
             try:
                 environ = (entry / "environ").read_bytes()
             except OSError:
@@ -65,19 +68,19 @@ def test_timed_out_engine_is_killed_with_its_children(tmp_path: Path, monkeypatc
 
 
 def test_killed_engine_ends_the_trial_not_the_tuner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGKILL is what the kernel's OOM killer sends: the trial is classified as out-of-memory."""
+    """SIGKILL with no out-of-memory record (the kernel's counter did not move): classified as killed."""
     marker = f"SPECDEC_TEST_MARK={tmp_path}"
     monkeypatch.setenv("SPECDEC_TEST_MARK", str(tmp_path))
 
     def kill_when_measuring(event: ProgressEvent) -> None:
         if event.event == "repeat":
             for pid in _processes_with(marker):
-                if pid != os.getpid() and b"engine_worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if pid != os.getpid() and b"tuner.engine.offline" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     threading.Thread(target=os.kill, args=(pid, signal.SIGKILL)).start()
         return None
 
     outcome = run_engine(_request(tmp_path), tmp_path / "trial", timeout_s=600, on_progress=kill_when_measuring)
-    assert outcome.failure == "oom", outcome.message
+    assert outcome.failure == "killed", outcome.message
     assert outcome.returncode == -signal.SIGKILL
     time.sleep(1)
     assert _processes_with(marker) == []
@@ -113,11 +116,11 @@ def test_rejected_and_hopeless_trials_in_a_real_study(tmp_path: Path) -> None:
         optuna.trial.TrialState.PRUNED,
         optuna.trial.TrialState.FAIL,
     ]
-    assert "acceptance" in trials[1].user_attrs[store.PRUNED_REASON]
-    assert trials[1].user_attrs["pruning_saved_s"] > 0
-    assert trials[2].user_attrs[store.FAILURE] == "invalid_config", trials[2].user_attrs
-    assert "not_a_vllm_key" in trials[2].user_attrs[store.ERROR]
+    assert "acceptance" in store.trial_record(trials[1]).pruned_reason
+    assert (store.trial_record(trials[1]).pruning_saved_s or 0) > 0
+    assert store.trial_record(trials[2]).failure_class == "invalid_config", trials[2].user_attrs
+    assert "not_a_vllm_key" in store.trial_record(trials[2]).error
     client = MlflowClient(data["tracking"]["uri"])
-    failed = client.get_run(trials[2].user_attrs[store.MLFLOW_RUN])
+    failed = client.get_run(store.trial_record(trials[2]).mlflow_run_id)
     assert failed.info.status == "FAILED" and failed.data.tags["failure_class"] == "invalid_config"
     assert "engine_log_tail.txt" in [a.path for a in client.list_artifacts(failed.info.run_id)]

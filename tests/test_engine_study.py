@@ -12,7 +12,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import RealStudy
-from tuner import study_store as store
+from tuner.results import store
 
 pytestmark = pytest.mark.engine
 
@@ -54,7 +54,7 @@ def test_mlflow_parent_and_children(real_study: RealStudy) -> None:
     exp = client.get_experiment_by_name("real-study")
     runs = client.search_runs([exp.experiment_id])
     parent = [r for r in runs if store.PARENT_TAG_KEY not in r.data.tags]
-    children = [r for r in runs if store.PARENT_TAG_KEY in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("specdec.role") == "trial"]
     assert len(parent) == 1 and len(children) == 3
     assert parent[0].info.status == "FINISHED"
     assert "study.yaml" in [a.path for a in client.list_artifacts(parent[0].info.run_id)]
@@ -86,10 +86,33 @@ def test_export_reads_back_through_vllms_own_parser(real_study: RealStudy) -> No
     args = top.parse_args(["serve", "--config", str(real_study.export_path)])
     assert args.model == exported["model"]
     assert args.dtype == "float32" and args.max_model_len == 512
-    assert bool(args.enforce_eager) == bool(exported.get("enforce-eager", False))
     study = optuna.load_study(study_name="real-study", storage=real_study.storage)
     chosen = next(t for t in study.get_trials() if t.number == int(text.split("(trial ")[1].split(")")[0]))
     spec = store.trial_spec(chosen)
     assert spec is not None
     assert args.speculative_config == spec.speculative_config()
+    # every engine argument the trial ran with, false booleans included
+    for key, value in store.trial_record(chosen).llm_kwargs.items():
+        assert getattr(args, key) == value, key
     assert "speedup over no speculation" in text
+
+
+def test_finalists_confirmed_in_fresh_engines(real_study: RealStudy) -> None:
+    from tuner.trial import confirm
+
+    study = optuna.load_study(study_name="real-study", storage=real_study.storage)
+    conf = confirm.current(study)
+    assert conf is not None and conf.complete
+    assert [f.is_baseline for f in conf.finalists] == [False, True]  # A (best speculative), then the baseline
+    assert all(e.failure is None and set(e.levels) == {1, 4} for e in conf.engines)
+    decision = conf.decide()
+    assert decision.baseline is not None and decision.baseline.median == 1.0
+    text = real_study.export_path.read_text()
+    assert "confirmed in 1 fresh engine(s) per finalist" in text
+    assert ("speculative-config" in text) == (decision.winner is not None)
+    client = MlflowClient(real_study.tracking_uri)
+    exp = client.get_experiment_by_name("real-study")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specdec.role` = 'confirmation'")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+    parent = client.get_run(study.user_attrs[store.PARENT_RUN])
+    assert parent.data.tags["confirm.winner"] == (str(decision.winner) if decision.winner is not None else "none")

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import optuna
@@ -14,11 +15,15 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, run_cli, study_dict, write_study
-from tuner import study_store as store
+from tuner.engine import process_guard
+from tuner.results import store
 
 
 def _start(study_path: Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    full = dict(os.environ, PYTHONPATH=str(ROOT), SPECDEC_TEST_TAG=str(cwd), **(env or {}))
+    """The tuner, with this test's id in its environment: the tuner adds its own after it, so
+    every process it starts (and theirs, whoever adopts them) carries this test's id."""
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    full[process_guard.RUN_ENV] = _test_id(cwd)
     return subprocess.Popen(
         [sys.executable, "-m", "tuner", "optimize", "--study", str(study_path), "--no-progress"],
         cwd=cwd,
@@ -29,27 +34,75 @@ def _start(study_path: Path, cwd: Path, env: dict[str, str] | None = None) -> su
     )
 
 
-def _wait_for(path: Path, timeout: float) -> None:
+_IDS: dict[Path, str] = {}
+
+
+def _test_id(tmp: Path) -> str:
+    return _IDS.setdefault(tmp, f"test-{uuid.uuid4().hex[:12]}")
+
+
+def _wait_for(path: Path, timeout: float, text: bytes = b"") -> None:
     end = time.monotonic() + timeout
-    while not path.exists():
+    while not path.exists() or text not in path.read_bytes():
         if time.monotonic() > end:
             raise TimeoutError(f"{path} did not appear")
         time.sleep(0.5)
 
 
-def _engines_of(tag: Path, tuner: subprocess.Popen[str]) -> list[int]:
-    """Processes other than the tuner started for this test: engine workers and their vLLM children."""
-    pids = []
+def _stat() -> dict[int, tuple[int, int, str]]:
+    """pid: (parent, session, start time) of every live process (zombies left out)."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            environ = (entry / "environ").read_bytes().decode(errors="replace")
-        except OSError:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        if f"SPECDEC_TEST_TAG={tag}\0" in environ and int(entry.name) != tuner.pid:
-            pids.append(int(entry.name))
-    return pids
+        if fields[0] != "Z":
+            table[int(entry.name)] = (int(fields[1]), int(fields[3]), fields[19])
+    return table
+
+
+class Family:
+    """Every process the tuner started, directly or not: marked with this test's id in their
+    environment, or its descendants, or in an engine's session (vLLM's processes set their title,
+    which blanks the environment /proc shows)."""
+
+    def __init__(self, tmp: Path, tuner: subprocess.Popen[str]) -> None:
+        self.tmp, self.tuner = tmp, tuner
+        self.seen: set[tuple[int, str]] = set()
+        self.sessions: set[int] = set()
+
+    def live(self) -> list[int]:
+        table = _stat()
+        pids = {pid for pid in process_guard.marked(_test_id(self.tmp)) if pid in table}
+        self.sessions |= {table[pid][1] for pid in pids if table[pid][1] == pid}  # the engines lead theirs
+        frontier = [self.tuner.pid]
+        while frontier:
+            parent = frontier.pop()
+            children = [pid for pid, (ppid, _, _) in table.items() if ppid == parent and pid not in pids]
+            pids.update(children)
+            frontier += children
+        pids |= {pid for pid, (_, sid, _) in table.items() if sid in self.sessions}
+        pids.discard(self.tuner.pid)
+        self.seen |= {(pid, table[pid][2]) for pid in pids}
+        # A process seen before, orphaned since (no longer the tuner's descendant), is still one of them.
+        return sorted(pids | {pid for pid, start in self.seen if pid in table and table[pid][2] == start})
+
+    def none_left(self, timeout: float = 60) -> None:
+        """They go away within ``timeout`` (the guard kills them once it notices the tuner is gone)."""
+        end = time.monotonic() + timeout
+        while (left := self.live()) and time.monotonic() < end:
+            time.sleep(0.5)
+        described = []
+        for pid in left:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                described.append(f"{pid}: {cmdline[:200]!r}")
+            except OSError:
+                pass
+        assert not described, "\n".join(described)
 
 
 def _check_resumed(data: dict, interrupted_kind: str) -> None:
@@ -58,17 +111,17 @@ def _check_resumed(data: dict, interrupted_kind: str) -> None:
     states = [t.state for t in trials]
     assert states.count(optuna.trial.TrialState.FAIL) == 1, states
     failed = next(t for t in trials if t.state == optuna.trial.TrialState.FAIL)
-    retry = [t for t in trials if t.user_attrs.get(store.RETRY_OF) == failed.number]
+    retry = [t for t in trials if store.trial_record(t).retry_of == failed.number]
     assert len(retry) == 1 and retry[0].state == optuna.trial.TrialState.COMPLETE
     assert retry[0].params == failed.params
     baselines = [t for t in trials if (s := store.trial_spec(t)) and s.is_baseline]
     assert len(baselines) == 1 and baselines[0].state == optuna.trial.TrialState.COMPLETE
     assert store.budget_used(study) == data["budget"]["trials"]
     client = MlflowClient(data["tracking"]["uri"])
-    run = client.get_run(failed.user_attrs[store.MLFLOW_RUN])
+    run = client.get_run(store.trial_record(failed).mlflow_run_id)
     assert run.info.status in ("KILLED", "FAILED"), run.info.status
     if interrupted_kind == "signal":
-        assert failed.user_attrs[store.FAILURE] == "interrupted"
+        assert store.trial_record(failed).failure_class == "interrupted"
     exp = client.get_experiment_by_name(data["name"])
     assert not [r for r in client.search_runs([exp.experiment_id]) if r.info.status == "RUNNING"]
 
@@ -81,13 +134,13 @@ def test_ctrl_c_during_a_real_trial_then_resume(tmp_path: Path, demo_models: Non
     workdir = tmp_path / "tuner-runs" / data["name"]
     proc = _start(path, tmp_path)
     _wait_for(workdir / "trial-001" / "progress.jsonl", 600)  # the n-gram engine is up and measuring
-    assert _engines_of(tmp_path, proc), "engine should be running"
+    family = Family(tmp_path, proc)
+    assert family.live(), "engine should be running"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "run the same command again to resume" in err
-    time.sleep(1)
-    assert _engines_of(tmp_path, proc) == []
+    family.none_left()
     res = run_cli(["optimize", "--study", str(path), "--no-progress"], tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     _check_resumed(data, "signal")
@@ -102,6 +155,7 @@ def _start_hanging_study(tmp_path: Path, name: str) -> tuple[dict, Path, Path, s
     hang = tmp_path / "hang"
     hang.touch()
     data["target"]["engine_args"]["fake_hang_file"] = str(hang)
+    data["target"]["engine_args"]["fake_helper"] = True  # a child of the engine's, like a resource tracker
     path = write_study(tmp_path, data)
     proc = _start(path, tmp_path, FAKE)
     _wait_for(tmp_path / "tuner-runs" / name / "trial-001" / "request.json", 120)
@@ -111,12 +165,12 @@ def _start_hanging_study(tmp_path: Path, name: str) -> tuple[dict, Path, Path, s
 
 def test_sigterm_kills_the_engine_and_resume_retries(tmp_path: Path) -> None:
     data, path, hang, proc = _start_hanging_study(tmp_path, "sigterm")
-    assert _engines_of(tmp_path, proc)
+    family = Family(tmp_path, proc)
+    assert family.live()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode == 130
-    time.sleep(1)
-    assert _engines_of(tmp_path, proc) == []
+    family.none_left()
     hang.unlink()
     res = run_cli(["optimize", "--study", str(path), "--no-progress"], tmp_path, env=FAKE)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -125,12 +179,29 @@ def test_sigterm_kills_the_engine_and_resume_retries(tmp_path: Path) -> None:
 
 def test_kill_9_leaves_a_stale_trial_that_is_retried(tmp_path: Path) -> None:
     data, path, hang, proc = _start_hanging_study(tmp_path, "kill9")
+    family = Family(tmp_path, proc)
+    assert family.live()
     proc.kill()
     proc.communicate(timeout=60)
-    time.sleep(2)
-    assert _engines_of(tmp_path, proc) == []  # the engine dies with its parent (PR_SET_PDEATHSIG)
+    family.none_left()  # the engine, and anything else the tuner started
     hang.unlink()
     time.sleep(store.GRACE_S + store.HEARTBEAT_S)  # let the dead trial's heartbeat go stale
     res = run_cli(["optimize", "--study", str(path), "--no-progress"], tmp_path, env=FAKE)
     assert res.returncode == 0, res.stderr[-3000:]
     _check_resumed(data, "kill")
+
+
+@pytest.mark.engine
+def test_kill_9_during_a_real_measurement_leaves_no_process(tmp_path: Path, demo_models: None) -> None:
+    """vLLM's engine-core process and multiprocessing's resource tracker included, not only the engine."""
+    data = study_dict(tmp_path, name="kill9-real", budget={"trials": 2, "trial_timeout_s": 600})
+    data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": 2}]
+    path = write_study(tmp_path, data)
+    proc = _start(path, tmp_path)
+    progress = tmp_path / "tuner-runs" / data["name"] / "trial-001" / "progress.jsonl"
+    _wait_for(progress, 600, b'"repeat"')  # measuring
+    family = Family(tmp_path, proc)
+    assert len(family.live()) >= 3, "the engine and vLLM's processes should be running"
+    proc.kill()
+    proc.communicate(timeout=60)
+    family.none_left()

@@ -26,7 +26,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import FAKE_ENGINE, ROOT, run_cli, study_dict, write_study
-from tuner import study_store as store
+from tuner.results import store
 
 pytestmark = pytest.mark.services
 
@@ -139,7 +139,7 @@ def logged_study(mlflow_server: Server, tmp_path_factory: pytest.TempPathFactory
 
 
 def _run_names(study: LoggedStudy, client: MlflowClient) -> dict[int, str]:
-    return {t.number: client.get_run(t.user_attrs[store.MLFLOW_RUN]).info.run_name for t in study.trials}
+    return {t.number: client.get_run(store.trial_record(t).mlflow_run_id).info.run_name for t in study.trials}
 
 
 def test_trial_runs_through_search_runs(mlflow_server: Server, logged_study: LoggedStudy) -> None:
@@ -171,7 +171,7 @@ def test_trial_runs_through_search_runs(mlflow_server: Server, logged_study: Log
     # artifacts go through the server's artifact proxy
     parent_artifacts = {a.path for a in client.list_artifacts(logged_study.parent_run)}
     assert {"report.html", "report.md", "best_config.yaml"} <= parent_artifacts
-    best_run = next(t for t in logged_study.trials if t.number == 4).user_attrs[store.MLFLOW_RUN]
+    best_run = store.trial_record(next(t for t in logged_study.trials if t.number == 4)).mlflow_run_id
     assert "acceptance_profile.png" in {a.path for a in client.list_artifacts(best_run)}
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli, study_dict, write_study
-from tuner.models.demo import DRAFT_LAYERS, demo_path, draft_name
+from tuner.models.demo import DRAFT_LAYERS, TARGET_NAME, demo_path, draft_name
 
 pytestmark = pytest.mark.usefixtures("demo_models")
 
@@ -29,13 +31,90 @@ def resized_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_demo_pair_is_compatible(tmp_path: Path) -> None:
-    res = run_cli(
-        ["check-pair", "--target", "demo:SmolLM2-135M-Instruct", "--draft", "demo:SmolLM2-135M-Instruct-4L"], tmp_path
-    )
+# Two tokens no probe text uses: swapping their ids keeps the size and every probe encoding.
+SWAPPED = ("Ġmeltdown", "ĠMama")
+
+
+def _tokenizer_copy(out: Path) -> Path:
+    """The demo target's tokenizer and config, without weights (the pair check reads no weights)."""
+    out.mkdir(parents=True)
+    for file in demo_path(TARGET_NAME).iterdir():
+        if file.suffix != ".safetensors" and file.is_file():
+            shutil.copy(file, out / file.name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def swapped_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo tokenizer with two tokens' ids swapped in tokenizer.json (and vocab.json if there is one)."""
+    out = _tokenizer_copy(tmp_path_factory.mktemp("swapped") / "draft-swapped")
+    first, second = SWAPPED
+    for name, vocab_of in (("tokenizer.json", lambda d: d["model"]["vocab"]), ("vocab.json", lambda d: d)):
+        path = out / name
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        vocab = vocab_of(data)
+        vocab[first], vocab[second] = vocab[second], vocab[first]
+        path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+@pytest.mark.parametrize("layers", DRAFT_LAYERS)
+def test_demo_pair_is_compatible(tmp_path: Path, layers: int) -> None:
+    res = run_cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", f"demo:{draft_name(layers)}"], tmp_path)
     assert res.returncode == 0, res.stderr
     assert "verdict: compatible" in res.stdout
     assert "token ids of probe texts" in res.stdout and "size ratio" in res.stdout
+    for check in ("vocabulary (token → id)", "BPE merges", "added tokens", "special tokens (besides PAD)"):
+        assert check in res.stdout
+
+
+def test_swapped_token_ids_are_incompatible_and_named(tmp_path: Path, swapped_draft: Path) -> None:
+    res = run_cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(swapped_draft)], tmp_path)
+    assert res.returncode == 2, res.stdout
+    verdict = res.stdout[res.stdout.index("verdict:") :]
+    assert "INCOMPATIBLE" in verdict and "vocabulary (token → id) differs" in verdict
+    assert repr(SWAPPED[0]) in " ".join(verdict.split())  # the first differing token, by name
+    assert "token ids of probe texts" in res.stdout  # the probes alone did not see it
+
+
+def test_reordered_merges_are_incompatible(tmp_path: Path) -> None:
+    draft = _tokenizer_copy(tmp_path / "draft-merges")
+    data = json.loads((draft / "tokenizer.json").read_text(encoding="utf-8"))
+    merges = data["model"]["merges"]
+    merges[-1], merges[-2] = merges[-2], merges[-1]
+    (draft / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    res = run_cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(draft)], tmp_path)
+    assert res.returncode == 2, res.stdout
+    assert f"BPE merges differs (target merge {len(merges) - 2}:" in " ".join(res.stdout.split())
+
+
+def test_special_tokens_are_compared_and_pad_only_warns(tmp_path: Path) -> None:
+    for role, verdict in (("eos_token", 2), ("pad_token", 0)):
+        draft = _tokenizer_copy(tmp_path / f"draft-{role}")
+        config = json.loads((draft / "tokenizer_config.json").read_text())
+        config[role] = "<|endoftext|>"
+        (draft / "tokenizer_config.json").write_text(json.dumps(config))
+        res = run_cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(draft)], tmp_path)
+        assert res.returncode == verdict, (role, res.stdout)
+        if role == "eos_token":
+            assert "special tokens (besides PAD) differs (target eos_token '<|im_end|>', draft eos_token" in " ".join(
+                res.stdout.split()
+            )
+        else:
+            assert "differs (warning)" in res.stdout and "verdict: compatible" in res.stdout
+
+
+def test_preflight_removes_the_swapped_draft(tmp_path: Path, swapped_draft: Path, fake_engine: str) -> None:
+    from tuner.study.loader import load_study
+    from tuner.study.preflight import run_preflight
+
+    data = study_dict(tmp_path)
+    data["candidates"].append({"name": "swapped", "method": "draft_model", "model": str(swapped_draft)})
+    result = run_preflight(load_study(write_study(tmp_path, data)))
+    assert "swapped" not in result.allowed and "draft-4l" in result.allowed
+    assert repr(SWAPPED[0]) in result.rejected["swapped"]
 
 
 def test_resized_vocabulary_is_incompatible(tmp_path: Path, resized_draft: Path) -> None:
@@ -66,6 +145,20 @@ def test_preflight_drops_incompatible_draft(tmp_path: Path, resized_draft: Path,
     exp = client.get_experiment_by_name(data["name"])
     parent = next(r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags)
     assert "bad" in parent.data.tags["preflight.rejected"]
+
+
+def test_study_report_says_preflight_removed_the_swapped_draft(tmp_path: Path, swapped_draft: Path) -> None:
+    data = study_dict(tmp_path, budget={"trials": 2, "trial_timeout_s": 60})
+    data["candidates"].append({"name": "swapped", "method": "draft_model", "model": str(swapped_draft)})
+    study = write_study(tmp_path, data)
+    env = {"SPECDEC_TUNER_ENGINE_MODULE": "tests.fake_engine"}
+    res = run_cli(["optimize", "--study", str(study), "--no-progress"], tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "candidate 'swapped' removed" in res.stderr and repr(SWAPPED[0]) in res.stderr
+    report = run_cli(["report", "--study", str(study), "--format", "md"], tmp_path)
+    assert report.returncode == 0, report.stderr
+    line = next(x for x in report.stdout.splitlines() if x.startswith("- swapped:"))
+    assert "removed by pre-flight" in line and "vocabulary (token → id) differs" in line and repr(SWAPPED[0]) in line
 
 
 def test_nothing_valid_left_exits_2(tmp_path: Path, resized_draft: Path) -> None:

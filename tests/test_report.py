@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import FAKE_ENGINE, ROOT, study_dict, write_study
-from tuner import plots
-from tuner import study_store as store
 from tuner.cli import main
-from tuner.report import build_report, collect_rows, param_importances, render_html, render_markdown
+from tuner.outputs import plots
+from tuner.outputs.report import build_report, collect_rows, param_importances, render_html, render_markdown
+from tuner.results import store
+from tuner.study.preflight import REJECTED_ATTR
 
 PLOTS = ("history", "throughput", "acceptance", "importances", "engine_start")
 
@@ -201,11 +203,11 @@ def test_unknown_format_is_refused(study: FakeStudy, capsys: pytest.CaptureFixtu
 def test_baseline_only_study_explains_instead_of_crashing(tmp_path: Path) -> None:
     small = make_study(tmp_path, name="tiny", trials=1, batch_sizes=(1,), eager=(True,), first_trials=[])
     report = build_report(small.load())
-    assert report.importances is None and "at least 2 completed trials" in report.importance_note
+    assert report.importances is None and "at least 4 distinct completed configurations" in report.importance_note
     assert report.headline.startswith("No speculative configuration completed yet")
     html = render_html(report)
     assert html.count("data:image/png;base64,") == len(PLOTS)
-    assert "at least 2 completed trials" in html
+    assert "at least 4 distinct completed configurations" in html
     assert "| 0 | COMPLETE | no speculation eager |" in render_markdown(report)
 
 
@@ -232,7 +234,7 @@ def test_empty_study_and_failed_candidates(tmp_path: Path) -> None:
     failed = [r for r in report.rows if r.state == "FAIL"]
     assert len(failed) == 1 and failed[0].reason.startswith("engine_error: RuntimeError")
     values, note = param_importances(failed)
-    assert values is None and "at least 2" in note
+    assert values is None and "at least 4 distinct" in note
 
 
 def test_pareto_study_is_reported_by_its_weighted_score(tmp_path: Path) -> None:
@@ -289,6 +291,82 @@ def test_plots_render_for_the_notebook(study: FakeStudy) -> None:
     assert [ax.get_title() for ax in panels] == ["batch size 1", "batch size 4"]
 
 
+# -- what happened to each candidate, and what a small study can say ---------------------------------------
+REJECTION = "vocabulary (token → id) differs (target 'Ġmeltdown' → 49140, draft 'Ġmeltdown' → 49150)"
+
+
+@pytest.fixture(scope="module")
+def draft_refused(tmp_path_factory: pytest.TempPathFactory) -> FakeStudy:
+    """Pre-flight removes draft-4l; three distinct configurations complete (baseline, ngram k=3 and k=4)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("tuner.study.preflight.check_draft_pair", lambda t, d, trc: REJECTION if d.endswith("-4L") else None)
+        return make_study(
+            tmp_path_factory.mktemp("refused"),
+            name="refused",
+            trials=3,
+            batch_sizes=(1,),
+            eager=(True,),
+            first_trials=[
+                {"candidate": "ngram", "num_speculative_tokens": 3},
+                {"candidate": "ngram", "num_speculative_tokens": 4},
+            ],
+        )
+
+
+def test_candidate_removed_by_preflight_is_reported_with_its_reason(draft_refused: FakeStudy) -> None:
+    study = draft_refused.load()
+    assert study.user_attrs[REJECTED_ATTR] == {"draft-4l": REJECTION}
+    report = build_report(study)
+    draft = next(c for c in report.candidates if c.name == "draft-4l")
+    assert draft.trials == 0
+    assert draft.verdict == f"removed by pre-flight before any trial, never measured: {REJECTION}"
+    assert f"draft-4l: removed by pre-flight before any trial, never measured: {REJECTION}." in report.why
+    for text in (render_markdown(report), unescape(render_html(report))):
+        assert "sampler never chose" not in text
+        assert f"removed by pre-flight before any trial, never measured: {REJECTION}" in text
+
+
+def test_importances_wait_for_enough_distinct_configurations(draft_refused: FakeStudy, study: FakeStudy) -> None:
+    rows = collect_rows(draft_refused.load())
+    assert sum(1 for r in rows if r.measured) == 3
+    values, note = param_importances(rows)
+    assert values is None
+    assert note.startswith("Too few trials for parameter importances") and "at least 4 distinct" in note
+    assert "this study has 3 distinct completed configurations" in note
+    assert note in unescape(render_html(build_report(draft_refused.load())))
+    big, _ = param_importances(collect_rows(study.load()))
+    assert big is not None  # the 8-trial study has enough
+
+
+def _pruned_crosses(fig: Any) -> dict[int, float]:
+    ax = fig.axes[0]
+    return {int(x): float(y) for c in ax.collections if c.get_label().startswith("pruned") for x, y in c.get_offsets()}
+
+
+def test_history_draws_every_pruned_trial_as_a_cross(study: FakeStudy) -> None:
+    rows = collect_rows(study.load())
+    pruned = {r.number for r in rows if r.state == "PRUNED"}
+    assert pruned  # draft-4l is pruned for its acceptance before any throughput was reported
+    assert set(_pruned_crosses(plots.history(rows))) == pruned
+
+
+def test_pruned_cross_sits_at_the_last_partial_value_also_for_a_reused_trial(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from tuner.outputs.report import model as report
+
+    # One batch size, two repeats; no speculation ran 10 tok/s there: a partial 7.5 tok/s is 0.75x.
+    workload = SimpleNamespace(batch_sizes=[1], repeats=2)
+    monkeypatch.setattr(report, "config_from_study", lambda study: SimpleNamespace(workload=workload))
+    monkeypatch.setattr(store, "reference", lambda study: {1: 10.0})
+    mem = optuna.create_study(direction="maximize")
+    mem.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, intermediate_values={0: 9.0, 1: 7.5}))
+    mem.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, user_attrs={store.DUPLICATE_OF: 0}))
+    rows = collect_rows(mem)
+    assert [r.partial_tokens_per_s for r in rows] == [7.5, 7.5]
+    assert _pruned_crosses(plots.history(rows)) == {0: 0.75, 1: 0.75}
+
+
 # -- MLflow: artifacts, plots, tags for the UI's search ------------------------------------------------------
 def test_mlflow_parent_run_carries_report_and_best_config(study: FakeStudy) -> None:
     client = MlflowClient(study.tracking_uri)
@@ -308,10 +386,10 @@ def test_mlflow_parent_run_carries_report_and_best_config(study: FakeStudy) -> N
 def test_each_speculative_trial_run_carries_its_acceptance_plot(study: FakeStudy) -> None:
     client = MlflowClient(study.tracking_uri)
     for t in study.load().get_trials():
-        run_id = t.user_attrs[store.MLFLOW_RUN]
+        run_id = store.trial_record(t).mlflow_run_id
         names = {a.path for a in client.list_artifacts(run_id)}
         spec = store.trial_spec(t)
-        measured = t.state.name == "COMPLETE" and store.DUPLICATE_OF not in t.user_attrs
+        measured = t.state.name == "COMPLETE" and store.trial_record(t).duplicate_of is None
         has_profile = measured and spec is not None and not spec.is_baseline
         assert (plots.ACCEPTANCE_ARTIFACT in names) == has_profile, (t.number, names)
         if has_profile:
@@ -323,7 +401,7 @@ def test_ui_search_queries_find_what_the_readme_promises(study: FakeStudy) -> No
     client = MlflowClient(study.tracking_uri)
     exp = client.get_experiment_by_name(study.name)
     assert exp is not None
-    trials = {t.user_attrs[store.MLFLOW_RUN]: t for t in study.load().get_trials()}
+    trials = {store.trial_record(t).mlflow_run_id: t for t in study.load().get_trials()}
 
     def search(query: str) -> set[str]:
         return {r.info.run_id for r in client.search_runs([exp.experiment_id], filter_string=query)}
@@ -338,7 +416,7 @@ def test_ui_search_queries_find_what_the_readme_promises(study: FakeStudy) -> No
         if (m := store.trial_metrics(t))
         and m.speedup is not None
         and m.speedup > 1
-        and store.DUPLICATE_OF not in t.user_attrs
+        and store.trial_record(t).duplicate_of is None
     }
     assert search("params.method = 'ngram' and metrics.speedup > 1") == faster & ngram
     assert search("tags.state = 'FAIL'") == {rid for rid, t in trials.items() if t.state.name == "FAIL"}
@@ -351,7 +429,7 @@ def test_ui_search_queries_find_what_the_readme_promises(study: FakeStudy) -> No
         rid
         for rid, t in trials.items()
         if t.state.name == "COMPLETE"
-        and store.DUPLICATE_OF not in t.user_attrs
+        and store.trial_record(t).duplicate_of is None
         and (s := store.trial_spec(t))
         and not s.is_baseline
     }

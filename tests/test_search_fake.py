@@ -9,9 +9,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import study_dict, write_study
-from tuner import study_store as store
 from tuner.cli import main
-from tuner.export import render_export
+from tuner.outputs.export import render_export
+from tuner.results import store
+from tuner.trial import confirm
 
 
 def _run(tmp_path: Path, data: dict, *extra: str) -> int:
@@ -33,7 +34,9 @@ def test_study_runs_baseline_first_and_logs_every_trial(tmp_path: Path, fake_eng
     assert first is not None and first.is_baseline
     assert (
         sum(
-            1 for t in trials if (s := store.trial_spec(t)) and s.is_baseline and store.DUPLICATE_OF not in t.user_attrs
+            1
+            for t in trials
+            if (s := store.trial_spec(t)) and s.is_baseline and store.trial_record(t).duplicate_of is None
         )
         == 1
     )
@@ -66,12 +69,12 @@ def test_failures_are_classified_and_the_study_goes_on(tmp_path: Path, fake_engi
         spec = store.trial_spec(t)
         if spec and not spec.is_baseline:
             by_k[spec.num_speculative_tokens] = t
-    assert by_k[1].user_attrs[store.FAILURE] == "engine_error"
-    assert by_k[2].user_attrs[store.FAILURE] == "invalid_config"
-    assert by_k[3].user_attrs[store.FAILURE] == "timeout"
+    assert store.trial_record(by_k[1]).failure_class == "engine_error"
+    assert store.trial_record(by_k[2]).failure_class == "invalid_config"
+    assert store.trial_record(by_k[3]).failure_class == "timeout"
     assert all(by_k[k].state == optuna.trial.TrialState.FAIL for k in (1, 2, 3))
     client = MlflowClient(data["tracking"]["uri"])
-    run = client.get_run(by_k[3].user_attrs[store.MLFLOW_RUN])
+    run = client.get_run(store.trial_record(by_k[3]).mlflow_run_id)
     assert run.info.status == "FAILED" and run.data.tags["failure_class"] == "timeout"
     artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]
     assert "engine_log_tail.txt" in artifacts
@@ -86,8 +89,8 @@ def test_hopeless_draft_is_pruned(tmp_path: Path, fake_engine: str) -> None:
     assert _run(tmp_path, data) == 0
     trial = _load(data).get_trials()[1]
     assert trial.state == optuna.trial.TrialState.PRUNED
-    assert "acceptance" in trial.user_attrs[store.PRUNED_REASON]
-    assert trial.user_attrs["pruning_saved_s"] > 0
+    assert "acceptance" in store.trial_record(trial).pruned_reason
+    assert (store.trial_record(trial).pruning_saved_s or 0) > 0
 
 
 def test_resume_keeps_trials_and_reaches_the_budget(tmp_path: Path, fake_engine: str) -> None:
@@ -97,7 +100,7 @@ def test_resume_keeps_trials_and_reaches_the_budget(tmp_path: Path, fake_engine:
     study = _load(data)
     assert len(study.get_trials()) == 4
     baselines = [t for t in study.get_trials() if (s := store.trial_spec(t)) and s.is_baseline]
-    assert len({t.number for t in baselines if store.DUPLICATE_OF not in t.user_attrs}) == 1
+    assert len({t.number for t in baselines if store.trial_record(t).duplicate_of is None}) == 1
     client = MlflowClient(data["tracking"]["uri"])
     exp = client.get_experiment_by_name(data["name"])
     parents = [r for r in client.search_runs([exp.experiment_id]) if store.PARENT_TAG_KEY not in r.data.tags]
@@ -155,3 +158,67 @@ def test_secrets_stay_out_of_mlflow_and_exports(
     for path in tmp_path.rglob("*"):
         if path.is_file() and path != study_file:
             assert secret.encode() not in path.read_bytes(), path
+
+
+def _confirm_study(tmp_path: Path, gain: float) -> dict:
+    """Baseline and one n-gram trial measured at factor 1; the four confirmation engines (A, B, A, B)
+    then run at 1.10, 1.10, 0.90, 0.90: a between-engine spread of about 20%."""
+    data = study_dict(tmp_path, budget={"trials": 2, "trial_timeout_s": 60})
+    data["pruning"] = {"enabled": False}
+    data["confirm"] = {"rounds": 2}
+    data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": 3}]
+    data["target"]["engine_args"].update(
+        {
+            "fake_spec_gain": gain,
+            "fake_launch_file": str(tmp_path / "launches"),
+            "fake_engine_factors": [1.0, 1.0, 1.10, 1.10, 0.90, 0.90],
+        }
+    )
+    assert _run(tmp_path, data, "--export", str(tmp_path / "best.yaml")) == 0
+    assert (tmp_path / "launches").read_text() == "6"
+    return data
+
+
+def test_speculative_win_inside_the_engine_spread_is_not_exported(tmp_path: Path, fake_engine: str) -> None:
+    data = _confirm_study(tmp_path, gain=1.05)  # 5% faster in its trial, but engines differ by 20%
+    study = _load(data)
+    conf = confirm.current(study)
+    assert conf is not None and conf.complete and [e.round for e in conf.engines] == [0, 0, 1, 1]
+    decision = conf.decide()
+    assert decision.winner is None and decision.baseline is not None and decision.baseline.spread > 0.15
+    text = (tmp_path / "best.yaml").read_text()
+    assert "speculative-config" not in text and "does NOT win beyond the spread" in text
+    client = MlflowClient(data["tracking"]["uri"])
+    exp = client.get_experiment_by_name(data["name"])
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specdec.role` = 'confirmation'")
+    assert len(runs) == 4 and all("confirm_value" in r.data.metrics for r in runs)
+    parent = client.get_run(study.user_attrs[store.PARENT_RUN])
+    assert parent.data.tags["confirm.winner"] == "none"
+
+
+def test_speculative_win_beyond_the_engine_spread_is_exported(tmp_path: Path, fake_engine: str) -> None:
+    data = _confirm_study(tmp_path, gain=1.5)
+    conf = confirm.current(_load(data))
+    assert conf is not None
+    decision = conf.decide()
+    assert decision.winner == 1 and decision.speculative[0].low > decision.baseline.high  # type: ignore[union-attr]
+    text = (tmp_path / "best.yaml").read_text()
+    assert "speculative-config" in text and "WINS beyond the between-engine spread" in text
+    from tuner.outputs.report import build_report, render_markdown
+
+    report = build_report(_load(data))
+    assert report.paid and report.chosen is not None and report.chosen.number == 1
+    assert "**Confirmation in fresh engines**" in render_markdown(report)
+    assert any("WINS beyond" in line for line in report.confirmation)
+
+
+def test_interrupted_confirmation_resumes_without_remeasuring(tmp_path: Path, fake_engine: str) -> None:
+    data = _confirm_study(tmp_path, gain=1.5)
+    study = _load(data)
+    stored = study.user_attrs[confirm.CONFIRMATION]
+    stored["engines"] = stored["engines"][:3]  # as if interrupted during the fourth engine
+    study.set_user_attr(confirm.CONFIRMATION, stored)
+    assert _run(tmp_path, data) == 0
+    assert (tmp_path / "launches").read_text() == "7"  # one engine more, not four
+    conf = confirm.current(_load(data))
+    assert conf is not None and conf.complete and conf.engines[:3] == confirm.load(study).engines[:3]  # type: ignore[union-attr]

@@ -8,10 +8,10 @@ from typing import Any
 import optuna
 
 from tests.conftest import study_dict, write_study
-from tuner.space import baseline_params, candidate_names, first_trial_params, grid, suggest
-from tuner.study_config import StudyConfig
-from tuner.study_loader import load_study
-from tuner.trial_spec import llm_kwargs
+from tuner.study.config import StudyConfig
+from tuner.study.loader import load_study
+from tuner.study.space import baseline_params, candidate_names, first_trial_params, grid, suggest
+from tuner.trial.spec import llm_kwargs
 
 
 def _study(tmp_path: Path, **overrides: Any) -> StudyConfig:

@@ -7,7 +7,7 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
-from tuner.tracking import Tracker
+from tuner.outputs.tracking import Tracker
 
 
 def test_worker_that_loses_the_experiment_creation_race_uses_the_winners(tmp_path: Path, monkeypatch: Any) -> None:

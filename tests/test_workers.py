@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import ROOT, run_cli, study_dict, write_study
 from tests.services import mlflow_server, postgres_server
-from tuner import study_store as store
+from tuner.results import store
 
 pytestmark = pytest.mark.services
 FAKE = {"SPECDEC_TUNER_ENGINE_MODULE": "tests.fake_engine"}
@@ -86,16 +86,16 @@ def test_three_workers_share_one_study(tmp_path: Path, postgres: str, tracking: 
     assert store.budget_used(study) == 9
     assert len(trials) == 9, [t.state for t in trials]
     measured_baselines = [
-        t for t in trials if (s := store.trial_spec(t)) and s.is_baseline and store.DUPLICATE_OF not in t.user_attrs
+        t for t in trials if (s := store.trial_spec(t)) and s.is_baseline and store.trial_record(t).duplicate_of is None
     ]
     assert len(measured_baselines) == 1
-    measured = [store.trial_spec(t).key() for t in trials if store.DUPLICATE_OF not in t.user_attrs]  # type: ignore[union-attr]
+    measured = [store.trial_spec(t).key() for t in trials if store.trial_record(t).duplicate_of is None]  # type: ignore[union-attr]
     assert len(measured) == len(set(measured)), "a configuration was measured twice"
     parents, children = _children(tracking, data["name"])
     assert len(parents) == 1 and len(children) == 9
     assert {r.data.tags[store.PARENT_TAG_KEY] for r in children} == {parents[0].info.run_id}
     assert all(r.data.tags.get("host") and r.data.tags.get("accelerator") for r in children)
-    hosts = collections.Counter(t.user_attrs[store.HARDWARE]["host"] for t in trials)
+    hosts = collections.Counter(store.trial_record(t).hardware["host"] for t in trials)
     assert sum(hosts.values()) == 9
 
 
@@ -118,7 +118,7 @@ def test_a_killed_worker_has_its_trial_retried(tmp_path: Path, postgres: str, tr
     trials = study.get_trials()
     stale = next(t for t in trials if t.number == 1)
     assert stale.state == optuna.trial.TrialState.FAIL
-    retry = [t for t in trials if t.user_attrs.get(store.RETRY_OF) == 1]
+    retry = [t for t in trials if store.trial_record(t).retry_of == 1]
     assert len(retry) == 1 and retry[0].state == optuna.trial.TrialState.COMPLETE
     assert store.budget_used(study) == 4
     parents, children = _children(tracking, data["name"])
@@ -150,7 +150,7 @@ def test_workers_shortcut_with_real_engines(tmp_path: Path, postgres: str, track
     assert res.returncode == 0, res.stderr[-3000:]
     study = optuna.load_study(study_name="real-workers", storage=postgres)
     assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.COMPLETE] * 2
-    engines = {t.user_attrs[store.ENGINE]["vllm"] for t in study.get_trials()}
+    engines = {store.trial_record(t).engine["vllm"] for t in study.get_trials()}
     assert engines and "fake" not in engines
     parents, children = _children(tracking, "real-workers")
     assert len(parents) == 1 and len(children) == 2

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.errors import UserError
+from tuner.redaction import mask_url, redact
 
 if TYPE_CHECKING:
-    from tuner.optimize import OptimizeOptions
+    from tuner.trial.optimize import OptimizeOptions
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Defaults for --storage and --tracking-uri: URLs with passwords stay out of the command line (and `ps`).
+STORAGE_ENV = "SPECDEC_TUNER_STORAGE"
+TRACKING_ENV = "SPECDEC_TUNER_TRACKING_URI"
+REPORT_FORMATS = ("html", "md")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,8 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     work = sub.add_parser("worker", help="join a study's shared storage and run trials until its budget is spent")
     work.add_argument("--study", required=True, type=Path, help="study YAML file")
-    work.add_argument("--storage", help="shared Optuna storage URL, e.g. postgresql://user:pw@host/db")
-    work.add_argument("--tracking-uri", help="shared MLflow tracking URI, e.g. http://mlflow:5000")
+    work.add_argument(
+        "--storage",
+        help=f"shared Optuna storage URL, e.g. postgresql://user:pw@host/db (default: ${STORAGE_ENV}, "
+        "which keeps the password out of the process list)",
+    )
+    work.add_argument(
+        "--tracking-uri", help=f"shared MLflow tracking URI, e.g. http://mlflow:5000 (default: ${TRACKING_ENV})"
+    )
     work.add_argument("--n-trials", type=int, help="total trials for the study (default: budget.trials)")
     work.add_argument("--workdir", type=Path, help="per-trial engine logs and results (default: tuner-runs/)")
     work.add_argument("--no-progress", action="store_true")
@@ -51,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--storage", help="Optuna storage URL (default: the study's)")
     rep.add_argument("--output", type=Path, help="report file (default: report.html; Markdown goes to stdout)")
     rep.add_argument(
-        "--format", choices=["html", "md"], help="html (default) or md for a pull request (default: from --output)"
+        "--format", choices=REPORT_FORMATS, help="html (default) or md for a pull request (default: from --output)"
     )
 
     models = sub.add_parser("models", help="demo model management")
@@ -60,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         "prepare-demo", help="build SmolLM2-135M-Instruct and its drafts from the packaged GGUF"
     )
     prep.add_argument("--force", action="store_true", help="rebuild even if prepared")
+    prep.add_argument(
+        "--wide",
+        action="store_true",
+        help="also build the 7B-class widened target (13 GB, bfloat16; for GPU hosts) and its mid-layer draft",
+    )
 
     pair = sub.add_parser("check-pair", help="check that a draft model can serve a target model")
     pair.add_argument("--target", required=True)
@@ -74,33 +91,34 @@ def _check_positive(value: int | None, flag: str) -> None:
 
 
 def _options(args: argparse.Namespace) -> OptimizeOptions:
-    from tuner.optimize import OptimizeOptions
+    from tuner.trial.optimize import OptimizeOptions
 
     _check_positive(args.n_trials, "--n-trials")
     return OptimizeOptions(
         n_trials=args.n_trials,
-        storage=args.storage,
-        tracking_uri=args.tracking_uri,
+        # optimize and worker: `optimize --workers` passes its URLs to its workers this way
+        storage=args.storage or os.environ.get(STORAGE_ENV) or None,
+        tracking_uri=args.tracking_uri or os.environ.get(TRACKING_ENV) or None,
         workdir=args.workdir,
         show_progress=not args.no_progress,
     )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from tuner.optimize import optimize
+    from tuner.trial.optimize import optimize
 
     optimize(args.study, _options(args))
     return EXIT_OK
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from tuner.optimize import optimize, prepare_only
+    from tuner.trial.optimize import optimize, prepare_only
 
     options = _options(args)
     _check_positive(args.workers, "--workers")
     _check_positive(args.gpus_per_worker, "--gpus-per-worker")
     if args.workers > 1:
-        from tuner.workers import run_workers
+        from tuner.trial.workers import run_workers
 
         runner = prepare_only(args.study, options)
         codes = run_workers(runner, args.study, args.workers, args.gpus_per_worker, runner.workdir / "workers")
@@ -110,12 +128,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         runner.finish()
     else:
         runner = optimize(args.study, options)
+    from tuner.trial.confirm import confirm_study
+
+    confirm_study(runner)  # finalists in fresh engines, before anything declares a winner
     if runner.study is not None and runner.tracker is not None:
-        from tuner.report import log_study_artifacts
+        from tuner.outputs.report import log_study_artifacts
 
         log_study_artifacts(runner.tracker, runner.parent_run, runner.study, runner.config)
     if runner.study is not None:
-        from tuner.export import export_best, render_export
+        from tuner.outputs.export import export_best, render_export
 
         text = export_best(runner.study, args.export) if args.export else render_export(runner.study)
         if args.export:
@@ -125,9 +146,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tuner import study_store
-    from tuner.export import export_best
-    from tuner.study_loader import load_study
+    from tuner.outputs.export import export_best
+    from tuner.results import store as study_store
+    from tuner.study.loader import load_study
 
     config = load_study(args.study)
     study = study_store.load_existing(args.storage or config.storage, config.name)
@@ -137,25 +158,56 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from tuner.report import report_command
+    """Prints the Markdown itself when it goes to stdout, else where the report was written."""
+    from tuner.outputs.report import build_report, render_html, render_markdown
+    from tuner.results import store as study_store
+    from tuner.study.loader import load_study
 
-    print(report_command(args.study, args.storage, args.output, args.format))
+    fmt = _report_format(args.format, args.output)
+    output: Path | None = args.output
+    if output is None and fmt == "html":
+        output = Path("report.html")
+    if output is not None and output.is_dir():
+        raise UserError(f"--output: {output} is a directory; fix: give a file path such as {output / 'report.html'}")
+    config = load_study(args.study)
+    url = args.storage or config.storage
+    report = build_report(study_store.load_existing(url, config.name), config, url)
+    text = redact(render_markdown(report) if fmt == "md" else render_html(report))
+    if output is None:
+        print(text)
+        return EXIT_OK
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"--output: cannot write {output} ({exc.strerror}); fix: choose a writable path") from None
+    print(f"report written to {output}")
     return EXIT_OK
+
+
+def _report_format(fmt: str | None, output: Path | None) -> str:
+    if fmt is not None:
+        if fmt not in REPORT_FORMATS:
+            raise UserError(f"--format: '{fmt}' is not a report format; fix: use one of {', '.join(REPORT_FORMATS)}")
+        return fmt
+    if output is not None and output.suffix.lower() in (".md", ".markdown"):
+        return "md"
+    return "html"
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     from tuner.models.demo import prepare_demo
 
-    models = prepare_demo(force=args.force, log=lambda m: print(m, file=sys.stderr))
+    models = prepare_demo(force=args.force, log=lambda m: print(m, file=sys.stderr), wide=args.wide)
     print(models.target)
-    for path in models.drafts.values():
+    for path in [*models.drafts.values(), *(models.wide or {}).values()]:
         print(path)
     return EXIT_OK
 
 
 def cmd_check_pair(args: argparse.Namespace) -> int:
-    from tuner.pair_check import compare_pair, render
-    from tuner.trial_spec import local_path_missing, resolve_model
+    from tuner.study.pair_check import compare_pair, render
+    from tuner.trial.spec import local_path_missing, resolve_model
 
     target, draft = resolve_model(args.target), resolve_model(args.draft)
     for flag, path in (("--target", target), ("--draft", draft)):
@@ -182,7 +234,7 @@ def quiet_libraries() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message=r".*experimental.*")
-    # The tuner drives Optuna with ask/tell and records heartbeats itself (tuner.coordination).
+    # The tuner drives Optuna with ask/tell and records heartbeats itself (tuner.trial.coordination).
     warnings.filterwarnings("ignore", message=r"Heartbeat of storage is supposed to be used with Study.optimize")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     for name in ("mlflow", "alembic", "optuna"):
@@ -195,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {mask_url(str(exc))}", file=sys.stderr)  # a URL in a message may carry a password
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted: measured trials are kept; run the same command again to resume", file=sys.stderr)

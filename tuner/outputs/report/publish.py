@@ -1,0 +1,54 @@
+"""The report in MLflow: report.html, report.md and best_config.yaml on the study's parent run, and tags."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from tuner.outputs.report.build import build_report
+from tuner.outputs.report.html import render_html
+from tuner.outputs.report.markdown import render_markdown
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tuner.outputs.report.model import TrialRow
+    from tuner.outputs.tracking import Tracker
+    from tuner.study.config import StudyConfig
+
+REPORT_ARTIFACT = "report.html"
+MARKDOWN_ARTIFACT = "report.md"
+CONFIG_ARTIFACT = "best_config.yaml"
+BEST_TAG = "best"
+
+
+def log_study_artifacts(
+    tracker: Tracker, parent_run: str, study: optuna.Study, config: StudyConfig | None = None
+) -> None:
+    """At the end of ``optimize``: report.html, report.md and best_config.yaml on the parent run, and the
+    ``best`` tag on the chosen trial's run (``tags.best = 'true'`` in the MLflow UI). Never raises."""
+    try:
+        report = build_report(study, config, "")
+        tracker.log_text(parent_run, render_html(report), REPORT_ARTIFACT)
+        tracker.log_text(parent_run, render_markdown(report), MARKDOWN_ARTIFACT)
+        if report.best_config:
+            tracker.log_text(parent_run, report.best_config, CONFIG_ARTIFACT)
+        _tag_best(tracker, study.study_name, report.chosen)
+        if report.chosen is not None and report.chosen.speedup is not None:
+            tracker.set_tags(parent_run, {"best_config": report.chosen.label, "verdict": report.headline})
+    except Exception as exc:  # the study is measured and stored; a report problem must not fail the command
+        print(f"warning: could not log the report to MLflow ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+
+def _tag_best(tracker: Tracker, study_name: str, chosen: TrialRow | None) -> None:
+    from tuner.outputs.tracking import STUDY_TAG
+
+    keep = chosen.mlflow_run_id if chosen is not None else None
+    flagged = tracker.client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.`{STUDY_TAG}` = '{study_name}' and tags.{BEST_TAG} = 'true'"
+    )
+    for run in flagged:
+        if run.info.run_id != keep:
+            tracker.client.delete_tag(run.info.run_id, BEST_TAG)
+    if keep:
+        tracker.set_tags(keep, {BEST_TAG: "true"})

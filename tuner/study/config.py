@@ -1,0 +1,241 @@
+"""The study file (``studies/*.yaml``): what to tune, on what, and where results go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tuner.study.methods import Method, check_candidate, rules
+
+# vLLM accepts larger values, but no deployment gains past this; a typo like 64 is caught here.
+MAX_SPECULATIVE_TOKENS = 16
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntRange(StrictModel):
+    low: int = Field(ge=1)
+    high: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IntRange:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is above high ({self.high}); fix: swap them")
+        return self
+
+    @classmethod
+    def coerce(cls, value: Any) -> Any:
+        """Accept ``4`` (fixed), ``[1, 6]`` or ``{low: 1, high: 6}``."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"low": value, "high": value}
+        if isinstance(value, list | tuple) and len(value) == 2:
+            return {"low": value[0], "high": value[1]}
+        return value
+
+
+def _int_range_field(value: Any) -> Any:
+    return IntRange.coerce(value)
+
+
+class TargetConfig(StrictModel):
+    model: str = Field(description="Path of a HF checkpoint, or demo:NAME for the packaged demo model.")
+    dtype: str = "auto"
+    max_model_len: int | None = Field(default=None, ge=16)
+    trust_remote_code: bool = False
+    seed: int = 0
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="Passed through to vllm.LLM as keyword arguments."
+    )
+
+    @field_validator("engine_args")
+    @classmethod
+    def _no_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
+        reserved = {"model", "speculative_config", "enforce_eager", "disable_log_stats"}
+        clash = sorted(reserved & set(value))
+        if clash:
+            raise ValueError(
+                f"{clash[0]} is set by the tuner; fix: remove it from engine_args "
+                "(use target.model, candidates or search.enforce_eager)"
+            )
+        return value
+
+
+class Candidate(StrictModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    method: Method
+    model: str | None = None
+    num_speculative_tokens: IntRange | None = None
+    prompt_lookup_min: IntRange | None = None
+    prompt_lookup_max: IntRange | None = None
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="More speculative_config keys, passed to vLLM as given."
+    )
+
+    _coerce_ranges = field_validator("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", mode="before")(
+        classmethod(lambda cls, v: _int_range_field(v))
+    )
+
+    @model_validator(mode="after")
+    def _method_rules(self) -> Candidate:
+        lookup = self.prompt_lookup_min or self.prompt_lookup_max
+        problem = check_candidate(self.method, self.model, bool(self.num_speculative_tokens), bool(lookup))
+        if problem:
+            raise ValueError(problem)
+        if self.num_speculative_tokens and self.num_speculative_tokens.high > MAX_SPECULATIVE_TOKENS:
+            raise ValueError(
+                f"num_speculative_tokens up to {self.num_speculative_tokens.high} is above "
+                f"{MAX_SPECULATIVE_TOKENS}; fix: lower high"
+            )
+        return self
+
+
+class FirstTrial(StrictModel):
+    candidate: str
+    enforce_eager: bool | None = None
+    num_speculative_tokens: int | None = Field(default=None, ge=1)
+    prompt_lookup_min: int | None = Field(default=None, ge=1)
+    prompt_lookup_max: int | None = Field(default=None, ge=1)
+
+
+class SearchConfig(StrictModel):
+    num_speculative_tokens: IntRange = IntRange(low=1, high=6)
+    enforce_eager: list[bool] = Field(default_factory=lambda: [True], min_length=1)
+    sampler: Literal["tpe", "random"] = "tpe"
+    seed: int = 0
+    startup_trials: int = Field(default=4, ge=0, description="Random trials before TPE models the space.")
+    first_trials: list[FirstTrial] = Field(
+        default_factory=list, description="Configurations measured right after the baseline, before the sampler."
+    )
+
+    _coerce_k = field_validator("num_speculative_tokens", mode="before")(
+        classmethod(lambda cls, v: _int_range_field(v))
+    )
+
+    @field_validator("num_speculative_tokens")
+    @classmethod
+    def _k_limit(cls, value: IntRange) -> IntRange:
+        if value.high > MAX_SPECULATIVE_TOKENS:
+            raise ValueError(f"high {value.high} is above {MAX_SPECULATIVE_TOKENS}; fix: lower it")
+        return value
+
+    @field_validator("enforce_eager")
+    @classmethod
+    def _unique(cls, value: list[bool]) -> list[bool]:
+        return sorted(set(value), reverse=True)
+
+
+class WorkloadConfig(StrictModel):
+    prompts: Path = Field(description="JSONL file, relative to the study file.")
+    max_tokens: int = Field(default=128, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+    batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], min_length=1)
+    batch_weights: list[Annotated[float, Field(gt=0)]] | None = None
+    # weighted: one objective, the weighted mean of each level's score over the best baseline's (tuner.results.scoring).
+    # pareto: one objective per batch size (Optuna multi-objective); the export still picks by weighted score.
+    combine: Literal["weighted", "pareto"] = "weighted"
+    repeats: int = Field(default=3, ge=1)
+    warmup_prompts: int = Field(default=2, ge=0)
+    max_prompts: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> WorkloadConfig:
+        if self.batch_weights is not None and len(self.batch_weights) != len(self.batch_sizes):
+            raise ValueError(
+                f"batch_weights has {len(self.batch_weights)} entries for "
+                f"{len(self.batch_sizes)} batch_sizes; fix: give one weight per batch size"
+            )
+        if len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ValueError("batch_sizes repeats a value; fix: list each batch size once")
+        return self
+
+    def weights(self) -> list[float]:
+        raw = self.batch_weights or [1.0] * len(self.batch_sizes)
+        total = sum(raw)
+        return [w / total for w in raw]
+
+
+class ScoringConfig(StrictModel):
+    # Each level scores (median - mad_penalty * MAD) / best baseline median, so that one lucky repeat cannot win.
+    mad_penalty: float = Field(default=1.0, ge=0.0)
+
+
+class PruningConfig(StrictModel):
+    enabled: bool = True
+    min_acceptance_rate: float = Field(
+        default=0.02, ge=0.0, le=1.0, description="Stop a speculative trial whose drafts are almost never accepted."
+    )
+    percentile: float = Field(
+        default=25.0,
+        gt=0,
+        lt=100,
+        description="Prune a trial whose interim tokens/s is below this percentile of completed trials' values at "
+        "the same batch size and repeat, unless it is within the study's noise of the best (tuner.trial.pruning).",
+    )
+    startup_trials: int = Field(
+        default=3, ge=0, description="Completed trials with a value at a step before pruning compares against them."
+    )
+
+
+class ConfirmConfig(StrictModel):
+    """After the trials, the finalists are measured again in fresh engines, interleaved, before export."""
+
+    enabled: bool = True
+    rounds: int = Field(
+        default=2, ge=1, description="Fresh engines per finalist (A, B, A, B, ...); 2 or more measure the spread."
+    )
+    speculative: int = Field(default=1, ge=1, description="How many of the best speculative configurations to confirm.")
+    repeats: int | None = Field(
+        default=None, ge=1, description="Repeats per batch size in each engine (default: workload.repeats)."
+    )
+
+
+class BudgetConfig(StrictModel):
+    trials: int = Field(default=8, ge=1)
+    trial_timeout_s: float = Field(default=900.0, gt=0)
+
+
+class TrackingConfig(StrictModel):
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str | None = None
+
+
+class StudyConfig(StrictModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    target: TargetConfig
+    candidates: list[Candidate] = Field(min_length=1)
+    search: SearchConfig = SearchConfig()
+    workload: WorkloadConfig
+    scoring: ScoringConfig = ScoringConfig()
+    pruning: PruningConfig = PruningConfig()
+    confirm: ConfirmConfig = ConfirmConfig()
+    budget: BudgetConfig = BudgetConfig()
+    storage: str = "sqlite:///optuna.db"
+    tracking: TrackingConfig = TrackingConfig()
+
+    @model_validator(mode="after")
+    def _candidates_unique(self) -> StudyConfig:
+        names = [c.name for c in self.candidates]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"candidate name {dupes[0]} is used twice; fix: give each candidate its own name")
+        for first in self.search.first_trials:
+            if first.candidate not in names and first.candidate != "none":
+                raise ValueError(
+                    f"search.first_trials names candidate '{first.candidate}'; fix: use one of {', '.join(names)}"
+                )
+        return self
+
+    @property
+    def experiment_name(self) -> str:
+        return self.tracking.experiment or self.name
+
+    def speculative_candidates(self) -> list[Candidate]:
+        return [c for c in self.candidates if rules(c.method).speculates]
+
+    def k_range(self, candidate: Candidate) -> IntRange:
+        return candidate.num_speculative_tokens or self.search.num_speculative_tokens

@@ -1,0 +1,142 @@
+"""Per-method rules: which knobs a speculative method takes, their defaults, validation and vLLM form.
+
+Space, pre-flight, the trial spec, the study file's validators and labels all ask this registry, so a
+method's rules live here once. Light on purpose: no vLLM, no pydantic models (the study config imports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+# Methods the runner knows how to turn into a ``speculative_config``. ``eagle``/``eagle3``/``mtp``/
+# ``suffix`` are passed through by name: vLLM validates them.
+Method = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix"]
+
+K = "num_speculative_tokens"
+LOOKUP_MAX = "prompt_lookup_max"
+LOOKUP_MIN = "prompt_lookup_min"
+# n-gram lookup window when the study file leaves it out (vLLM's own defaults differ between versions).
+LOOKUP_MAX_DEFAULT = 4
+LOOKUP_MIN_DEFAULT = 2
+# Every per-trial knob, in the order the space suggests them (Optuna's sampler sees this order).
+KNOBS = (K, LOOKUP_MAX, LOOKUP_MIN)
+
+
+class Bounds(Protocol):
+    """An inclusive integer range (``IntRange`` of the study file)."""
+
+    @property
+    def low(self) -> int: ...
+    @property
+    def high(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class MethodRules:
+    name: Method
+    draft_model: Literal["required", "forbidden", "optional"]
+    speculates: bool = True  # takes num_speculative_tokens
+    lookup: bool = False  # takes prompt_lookup_min/max (n-gram)
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        return tuple(k for k in KNOBS if (k == K and self.speculates) or (k != K and self.lookup))
+
+    @property
+    def checkable_without_model(self) -> bool:
+        """vLLM can build its ``SpeculativeConfig`` without loading any model (pre-flight probes it)."""
+        return self.speculates and self.draft_model == "forbidden"
+
+
+METHODS: dict[Method, MethodRules] = {
+    "none": MethodRules("none", draft_model="forbidden", speculates=False),
+    "ngram": MethodRules("ngram", draft_model="forbidden", lookup=True),
+    "draft_model": MethodRules("draft_model", draft_model="required"),
+    "eagle": MethodRules("eagle", draft_model="required"),
+    "eagle3": MethodRules("eagle3", draft_model="required"),
+    # MTP drafts with the target's own heads; a separate checkpoint may be given.
+    "mtp": MethodRules("mtp", draft_model="optional"),
+    "suffix": MethodRules("suffix", draft_model="forbidden"),
+}
+
+
+def rules(method: Method) -> MethodRules:
+    return METHODS[method]
+
+
+def check_candidate(method: Method, model: str | None, has_k: bool, has_lookup: bool) -> str | None:
+    """The one-line error for a candidate's method-specific settings (field and fix), or None."""
+    rule = METHODS[method]
+    if rule.draft_model == "required" and not model:
+        return f"method {method} needs a draft model; fix: add model: PATH"
+    if rule.draft_model == "forbidden" and model:
+        return f"method {method} takes no model; fix: remove model"
+    if has_lookup and not rule.lookup:
+        return "prompt_lookup_min/max are n-gram settings; fix: remove them or use method: ngram"
+    if has_k and not rule.speculates:
+        return f"method {method} speculates nothing; fix: remove {K}"
+    return None
+
+
+def clip_lookup(lookup_max: int | None, lookup_min: int | None) -> tuple[int, int]:
+    """(max, min) with defaults for what is unset; vLLM requires min <= max, so min is clipped rather
+    than a trial wasted."""
+    hi = lookup_max if lookup_max is not None else LOOKUP_MAX_DEFAULT
+    lo = lookup_min if lookup_min is not None else LOOKUP_MIN_DEFAULT
+    return hi, min(lo, hi)
+
+
+def lookup_grid(lookup_max: Bounds | None, lookup_min: Bounds | None) -> list[tuple[int, int]]:
+    """Every (max, min) pair the space can produce; mins above a max are left out (suggest clips them)."""
+    pairs = []
+    for hi in range(lookup_max.low, lookup_max.high + 1) if lookup_max else [LOOKUP_MAX_DEFAULT]:
+        if lookup_min:
+            pairs += [(hi, lo) for lo in range(lookup_min.low, min(lookup_min.high, hi) + 1)]
+        else:
+            pairs.append(clip_lookup(hi, None))
+    return pairs
+
+
+def lookup_probe(lookup_max: Bounds | None, lookup_min: Bounds | None) -> tuple[int, int]:
+    """The widest lookup window of the ranges (largest max, smallest min): the corner pre-flight checks."""
+    return clip_lookup(lookup_max.high if lookup_max else None, lookup_min.low if lookup_min else None)
+
+
+def speculative_config(
+    method: Method,
+    num_speculative_tokens: int | None,
+    draft_model: str | None = None,
+    prompt_lookup_min: int | None = None,
+    prompt_lookup_max: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """vLLM's ``speculative_config`` (None: no speculation). Only keys that vLLM 0.26 and 0.32 both accept;
+    ``extra`` is the study file's own keys, passed as given."""
+    if not METHODS[method].speculates:
+        return None
+    config: dict[str, Any] = {"method": method, K: num_speculative_tokens}
+    if draft_model is not None:
+        config["model"] = draft_model
+    if prompt_lookup_max is not None:
+        config[LOOKUP_MAX] = prompt_lookup_max
+    if prompt_lookup_min is not None:
+        config[LOOKUP_MIN] = prompt_lookup_min
+    config.update(extra or {})
+    return config
+
+
+def label(
+    method: Method,
+    candidate: str,
+    num_speculative_tokens: int | None,
+    prompt_lookup_min: int | None = None,
+    prompt_lookup_max: int | None = None,
+) -> str:
+    """How reports, exports and the progress view name a configuration (without enforce_eager)."""
+    rule = METHODS[method]
+    if not rule.speculates:
+        return "no speculation"
+    if rule.lookup:
+        return f"{method} k={num_speculative_tokens} lookup {prompt_lookup_min}-{prompt_lookup_max}"
+    return f"{candidate} k={num_speculative_tokens}"
