@@ -1,6 +1,6 @@
 """A stand-in engine process for fast tests of the search logic (no vLLM).
 
-Same protocol as ``tuner.engine.offline``: reads REQUEST.json, writes progress.jsonl and result.json.
+Same protocol as ``tuner.engine.measure``: reads REQUEST.json, writes progress.jsonl and result.json.
 Throughput is a deterministic function of the speculative settings; behaviour is steered through
 ``engine_args`` keys starting with ``fake_`` (never sent to a real engine):
   fake_crash_k: exit 1 with a vLLM-like error when num_speculative_tokens equals it
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuner.engine.offline import PROGRESS_FILE, RESULT_FILE
+from tuner.engine.measure import PROGRESS_FILE, RESULT_FILE
 from tuner.engine.request import EngineResult, ProgressEvent, RepeatMeasurement, TrialRequest
 from tuner.engine.vllm_metrics import SpecStats
 

@@ -75,7 +75,7 @@ def test_killed_engine_ends_the_trial_not_the_tuner(tmp_path: Path, monkeypatch:
     def kill_when_measuring(event: ProgressEvent) -> None:
         if event.event == "repeat":
             for pid in _processes_with(marker):
-                if pid != os.getpid() and b"tuner.engine.offline" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if pid != os.getpid() and b"tuner.engine.measure" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     threading.Thread(target=os.kill, args=(pid, signal.SIGKILL)).start()
         return None
 

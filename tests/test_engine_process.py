@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tuner.engine import offline
+from tuner.engine import measure, offline
 from tuner.engine.backend import BackendInfo, LevelResult, MeasurementBackend, RepeatHook, Workload
 from tuner.engine.process import EngineNotReady, EngineProcess
 from tuner.engine.request import EngineResult, ProgressEvent, RepeatMeasurement, TrialRequest
@@ -166,7 +166,7 @@ def test_a_backend_driven_through_the_interface_gives_an_engine_result(tmp_path:
         repeats=2,
         warmup_prompts=1,
     )
-    result = offline.run(request, tmp_path, backend)
+    result = measure.run(request, tmp_path, backend)
     assert isinstance(result, EngineResult)
     assert backend.calls == ["start m", "prepare", "warmup 1", "stop"]
     assert [(r.batch_size, r.repeat) for r in result.repeats] == [(1, 0), (1, 1), (4, 0), (4, 1)]
@@ -175,7 +175,7 @@ def test_a_backend_driven_through_the_interface_gives_an_engine_result(tmp_path:
     assert (result.vllm_version, result.device, result.peak_memory_bytes) == ("fake", "cpu (fake)", None)
     assert result.engine_start_s >= 0 and result.warmup_s >= 0
     events = [
-        ProgressEvent.model_validate_json(line) for line in (tmp_path / offline.PROGRESS_FILE).read_text().splitlines()
+        ProgressEvent.model_validate_json(line) for line in (tmp_path / measure.PROGRESS_FILE).read_text().splitlines()
     ]
     assert [e.event for e in events] == ["engine_ready"] + ["repeat"] * 4
     assert [e.measurement for e in events[1:]] == result.repeats
@@ -192,7 +192,7 @@ def test_secret_arguments_reach_the_backend_from_the_environment(
         def start(self, llm_kwargs: Mapping[str, Any]) -> None:
             seen.update(llm_kwargs)
 
-    monkeypatch.setenv(offline.SECRET_ARGS_ENV, '{"hf_token": "s3cret"}')
+    monkeypatch.setenv(measure.SECRET_ARGS_ENV, '{"hf_token": "s3cret"}')
     request = TrialRequest(
         llm_kwargs={"model": "m"},
         prompts=[Prompt(id="a", text="a")],
@@ -202,9 +202,9 @@ def test_secret_arguments_reach_the_backend_from_the_environment(
         repeats=1,
         warmup_prompts=0,
     )
-    offline.run(request, tmp_path, Recording())
+    measure.run(request, tmp_path, Recording())
     assert seen == {"model": "m", "hf_token": "s3cret"}
-    assert offline.SECRET_ARGS_ENV not in os.environ
+    assert measure.SECRET_ARGS_ENV not in os.environ
 
 
 def test_sigterm_ignoring_child_needs_sigkill(tmp_path: Path) -> None:

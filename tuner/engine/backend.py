@@ -2,10 +2,10 @@
 
 A backend builds an engine from the trial's engine arguments, is handed the workload, measures one
 workload level at a time (a batch size, ``repeats`` times) and reads the engine's cumulative
-speculative-decoding counters. ``tuner.engine.offline`` drives one through this interface inside a
+speculative-decoding counters. ``tuner.engine.measure`` drives one through this interface inside a
 trial's engine process; its first implementation is the offline ``vllm.LLM`` engine
-(:class:`tuner.engine.offline.OfflineBackend`). Nothing here is specific to ``vllm.LLM``: a backend
-that talks to a ``vllm serve`` process implements the same methods.
+(:class:`tuner.engine.offline.OfflineBackend`); the second talks to a ``vllm serve`` process under
+``vllm bench serve`` load (:class:`tuner.engine.served.ServeBackend`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class Workload:
     max_tokens: int
     temperature: float
     seed: int = 0
+    top_p: float | None = None
 
 
 @dataclass

@@ -1,31 +1,17 @@
-"""Entry point of a trial's engine process: ``python -m tuner.engine.offline REQUEST.json OUTDIR``.
-
-Builds one ``vllm.LLM`` (:class:`OfflineBackend`, a :class:`~tuner.engine.backend.MeasurementBackend`),
-warms it up, measures every batch size ``repeats`` times, and writes
-``OUTDIR/progress.jsonl`` as it goes and ``OUTDIR/result.json`` at the end. The tuner runs it in
-its own process group and kills the group on timeout, so nothing here needs to clean up.
+"""The offline engine: one ``vllm.LLM`` in the trial's engine process (:class:`OfflineBackend`), measured over
+fixed batches with ``LLM.generate``; the entry point that drives it is :mod:`tuner.engine.measure`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from tuner.engine.backend import BackendInfo, LevelResult, MeasurementBackend, RepeatHook, Workload
-from tuner.engine.request import EngineResult, ProgressEvent, RepeatMeasurement, TrialRequest
+from tuner.engine.backend import BackendInfo, LevelResult, RepeatHook, Workload
+from tuner.engine.request import RepeatMeasurement
 from tuner.engine.vllm_metrics import Snapshot, diff, snapshot
 from tuner.study.prompts import Prompt
-
-RESULT_FILE = "result.json"
-PROGRESS_FILE = "progress.jsonl"
-LOG_FILE = "engine.log"
-REQUEST_FILE = "request.json"
-SECRET_ARGS_ENV = "SPECDEC_TUNER_SECRET_ARGS"  # credentials for vllm.LLM, passed outside the request file
 
 
 def render_prompts(tokenizer: Any, prompts: list[Prompt]) -> list[str]:
@@ -63,17 +49,6 @@ def fill_batch(prompts: list[str], batch_size: int) -> list[str]:
     return [prompts[i % len(prompts)] for i in range(batch_size)]
 
 
-class Progress:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.t0 = time.perf_counter()
-
-    def emit(self, event: str, measurement: RepeatMeasurement | None = None) -> None:
-        line = ProgressEvent(event=event, elapsed_s=time.perf_counter() - self.t0, measurement=measurement)
-        with self.path.open("a") as fh:
-            fh.write(line.model_dump_json() + "\n")
-
-
 class OfflineBackend:
     """The offline ``vllm.LLM`` engine, in this process (its engine core in processes of its own)."""
 
@@ -92,7 +67,10 @@ class OfflineBackend:
 
         self._prompts = render_prompts(self._llm.get_tokenizer(), workload.prompts)
         self._params = SamplingParams(
-            max_tokens=workload.max_tokens, temperature=workload.temperature, seed=workload.seed
+            max_tokens=workload.max_tokens,
+            temperature=workload.temperature,
+            seed=workload.seed,
+            top_p=1.0 if workload.top_p is None else workload.top_p,  # 1.0: vLLM's default
         )
 
     def warmup(self, n_prompts: int) -> None:
@@ -132,70 +110,11 @@ class OfflineBackend:
         return snapshot(self._llm.get_metrics())
 
     def info(self) -> BackendInfo:
-        import torch
-        import vllm
-
-        memory = _peak_memory(torch)  # before anything else touches the device
-        return BackendInfo(
-            vllm_version=vllm.__version__,
-            torch_version=torch.__version__,
-            device=_device_name(torch),
-            peak_memory_bytes=memory,
-        )
+        return device_info()
 
     def stop(self) -> None:
         """Nothing to do: once the result is written the tuner kills this process's whole group,
         which is faster than vLLM's own shutdown."""
-
-
-def run(request: TrialRequest, outdir: Path, backend: MeasurementBackend | None = None) -> EngineResult:
-    """Measure the request's workload on ``backend`` (default: the offline ``vllm.LLM`` engine)."""
-    progress = Progress(outdir / PROGRESS_FILE)
-    t0 = time.perf_counter()
-    if backend is None:
-        import torch  # noqa: F401  (imported before the clock stops, as the engine's start includes it)
-        import vllm  # noqa: F401
-
-        backend = OfflineBackend()
-    kwargs = {**request.llm_kwargs, **json.loads(os.environ.pop(SECRET_ARGS_ENV, "{}") or "{}")}
-    try:
-        backend.start(kwargs)
-        engine_start_s = time.perf_counter() - t0
-        progress.emit("engine_ready")
-
-        backend.prepare(
-            Workload(
-                prompts=request.prompts,
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                seed=request.seed,
-            )
-        )
-        t1 = time.perf_counter()
-        backend.warmup(request.warmup_prompts)
-        warmup_s = time.perf_counter() - t1
-
-        repeats: list[RepeatMeasurement] = []
-        token_ids: dict[int, list[list[int]]] = {}
-        for batch_size in request.batch_sizes:
-            level = backend.measure(batch_size, request.repeats, lambda m: progress.emit("repeat", m))
-            repeats += level.repeats
-            if level.token_ids is not None:
-                token_ids[batch_size] = level.token_ids
-
-        info = backend.info()
-    finally:
-        backend.stop()
-    return EngineResult(
-        engine_start_s=engine_start_s,
-        warmup_s=warmup_s,
-        repeats=repeats,
-        token_ids=token_ids,
-        vllm_version=info.vllm_version,
-        torch_version=info.torch_version,
-        device=info.device,
-        peak_memory_bytes=info.peak_memory_bytes,
-    )
 
 
 def _device_name(torch: Any) -> str:
@@ -215,15 +134,15 @@ def _peak_memory(torch: Any) -> int | None:
     return None
 
 
-def main(argv: list[str]) -> int:
-    request = TrialRequest.model_validate_json(Path(argv[0]).read_text())
-    outdir = Path(argv[1])
-    result = run(request, outdir)
-    tmp = outdir / (RESULT_FILE + ".tmp")
-    tmp.write_text(result.model_dump_json())
-    tmp.rename(outdir / RESULT_FILE)
-    return 0
+def device_info() -> BackendInfo:
+    """Versions, device and device memory in use, read in the trial's engine process while the engine is up."""
+    import torch
+    import vllm
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    memory = _peak_memory(torch)  # before anything else touches the device
+    return BackendInfo(
+        vllm_version=vllm.__version__,
+        torch_version=torch.__version__,
+        device=_device_name(torch),
+        peak_memory_bytes=memory,
+    )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from tuner.cli import STORAGE_ENV, TRACKING_ENV
-from tuner.engine import offline as engine_worker
+from tuner.engine import measure as engine_worker
 from tuner.engine import process_guard
 from tuner.engine.request import EngineResult, ProgressEvent, TrialRequest
 from tuner.redaction import is_secret_key
@@ -145,6 +145,7 @@ class EngineProcess:
         poll_s: float = 0.5,
         grace_s: float = 3.0,
         guard: bool = True,
+        new_session: bool = True,
     ) -> None:
         self.command = command
         self.log_path = log_path
@@ -154,6 +155,9 @@ class EngineProcess:
         self.poll_s = poll_s
         self.grace_s = grace_s
         self.guard = guard
+        # False: a process group of its own inside this process's session, so that whoever watches
+        # this session (the tuner, for a trial's engine process) also reaches it.
+        self.new_session = new_session
         self.guard_id: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
@@ -185,11 +189,12 @@ class EngineProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=self.new_session,
+                process_group=None if self.new_session else 0,
                 preexec_fn=_die_with_parent,
                 env=env,
             )
-        if self.guard:
+        if self.guard and self.new_session:
             process_guard.watch_session(self.proc.pid)
         if self.ready is not None:
             try:
@@ -349,7 +354,7 @@ def run_engine(
 
     outcome = RunOutcome(log_path=log_path)
     start = time.monotonic()
-    module = os.environ.get(ENGINE_MODULE_ENV, "tuner.engine.offline")
+    module = os.environ.get(ENGINE_MODULE_ENV, "tuner.engine.measure")
     command = [sys.executable, "-m", module, str(request_path), str(workdir)]
     # No readiness wait here: the progress events (engine_ready among them) are watched with the trial's timeout.
     with EngineProcess(command, log_path, env) as engine:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from tuner.engine.vllm_metrics import SpecStats
-from tuner.study.config import StudyConfig
+from tuner.study.config import ServeConfig, StudyConfig
 from tuner.study.prompts import Prompt
 
 
@@ -16,10 +16,13 @@ class TrialRequest(BaseModel):
     prompts: list[Prompt]
     max_tokens: int
     temperature: float
-    batch_sizes: list[int]
+    top_p: float | None = None
+    batch_sizes: list[int]  # serve mode: --max-concurrency levels
     repeats: int
     warmup_prompts: int
     seed: int = 0
+    mode: Literal["offline", "serve"] = "offline"
+    serve: ServeConfig | None = None
 
     @classmethod
     def for_study(cls, study: StudyConfig, prompts: list[Prompt], llm_kwargs: dict[str, Any]) -> TrialRequest:
@@ -30,11 +33,36 @@ class TrialRequest(BaseModel):
             prompts=prompts,
             max_tokens=w.max_tokens,
             temperature=w.temperature,
+            top_p=w.top_p,
             batch_sizes=w.batch_sizes,
             repeats=w.repeats,
             warmup_prompts=min(w.warmup_prompts, len(prompts)),
             seed=study.target.seed,
+            mode=w.mode,
+            serve=w.serve if w.mode == "serve" else None,
         )
+
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+LATENCY_PERCENTILES = (50, 90, 99)
+
+
+class ServedWindow(BaseModel):
+    """One measured window of a served load (one ``vllm bench serve`` run), as its result file states it."""
+
+    max_concurrency: int | None = None
+    request_rate: float | None = None  # requests/s of the open-loop arrivals; None: all requests at once
+    completed: int
+    failed: int = 0
+    duration_s: float
+    output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    goodput_rps: float | None = None  # requests/s that met every SLO limit (vLLM's --goodput)
+    latency_ms: dict[str, float] = {}  # "ttft_p90", "tpot_p50", "e2el_mean", ...
+
+    def latency(self, metric: str, percentile: int) -> float | None:
+        return self.latency_ms.get(f"{metric}_p{percentile}")
 
 
 class RepeatMeasurement(BaseModel):
@@ -45,10 +73,42 @@ class RepeatMeasurement(BaseModel):
     ttft_s: list[float] = []
     tpot_s: list[float] = []
     spec: SpecStats = SpecStats()
+    served: ServedWindow | None = None
 
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class SloProbe(BaseModel):
+    """One request rate tried by the SLO search, and whether the latency limits held at it."""
+
+    rate_rps: float
+    held: bool
+    window: ServedWindow
+    spec: SpecStats = SpecStats()
+
+
+class SloSearch(BaseModel):
+    """The highest request rate at which the SLO held (0.0: not even the lowest rate tried)."""
+
+    percentile: int
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    probes: list[SloProbe] = []
+    max_rate_rps: float = 0.0
+    truncated: bool = False  # the search's time limit ended it early
+    elapsed_s: float = 0.0
+
+    def held_at(self, window: ServedWindow) -> bool:
+        """Whether ``window``'s latencies keep every limit at this search's percentile."""
+        for metric, limit in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms)):
+            if limit is None:
+                continue
+            value = window.latency(metric, self.percentile)
+            if value is None or value > limit:
+                return False
+        return True
 
 
 class EngineResult(BaseModel):
@@ -63,11 +123,14 @@ class EngineResult(BaseModel):
     torch_version: str = ""
     device: str = ""
     peak_memory_bytes: int | None = None
+    mode: Literal["offline", "serve"] = "offline"
+    slo: SloSearch | None = None
 
 
 class ProgressEvent(BaseModel):
     """A line of the engine's progress file, read by the tuner while the engine runs."""
 
-    event: str  # "engine_ready" | "repeat"
+    event: str  # "engine_ready" | "repeat" | "slo_probe"
     elapsed_s: float
     measurement: RepeatMeasurement | None = None
+    probe: SloProbe | None = None

@@ -98,3 +98,30 @@ def diff(before: Snapshot, after: Snapshot) -> SpecStats:
         accepted_tokens=delta(ACCEPTED),
         accepted_per_pos=[c - p for c, p in zip(cur, prev, strict=False)],
     )
+
+
+def snapshot_from_prometheus(text: str) -> Snapshot:
+    """The same snapshot from a server's ``/metrics`` page (Prometheus text).
+
+    A counter family's name is the ``get_metrics()`` name; only its ``_total`` samples are counts
+    (``_created`` holds a timestamp). Label sets (engines) are summed; per-position counts are
+    indexed by their ``position`` label.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    snap: Snapshot = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith(PREFIX):
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            value = int(float(sample.value))
+            if family.name == PER_POS:
+                pos = int(sample.labels.get("position", 0))
+                counts = snap.setdefault(family.name, [])
+                counts += [0] * (pos + 1 - len(counts))
+                counts[pos] += value
+            else:
+                snap[family.name] = snap.get(family.name, 0) + value
+    return snap

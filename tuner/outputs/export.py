@@ -6,10 +6,8 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from tuner.errors import UserError
-from tuner.redaction import is_secret_key
+from tuner.outputs.serve_file import serve_config, serve_yaml
 from tuner.results import store
 from tuner.results.choice import choose
 from tuner.results.scoring import TrialMetrics
@@ -20,27 +18,6 @@ __all__ = ["choose", "export_best", "render_export", "serve_config"]  # choose: 
 if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
-
-
-def serve_config(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``vllm.LLM`` keyword arguments -> ``vllm serve`` config keys (dashes), every measured value kept.
-
-    Credentials (``hf_token`` and the like) are left out: set them in the serving environment.
-    """
-    out: dict[str, Any] = {}
-    for key, value in llm_kwargs.items():
-        if key in ("disable_log_stats",) or is_secret_key(key):
-            continue
-        flag = key.replace("_", "-")
-        if value is False:
-            # vLLM 0.26.0's FlexibleArgumentParser.load_config_file drops `key: false` silently (only
-            # true becomes `--key`), so a flag whose default is true or None (enable_prefix_caching)
-            # would be served as its default; 0.32 turns false into `--no-key`. Writing `no-key: true`
-            # becomes `--no-key` in both: vLLM's engine booleans are BooleanOptionalAction flags.
-            out[f"no-{flag}"] = True
-            continue
-        out[flag] = value
-    return out
 
 
 def _metrics(trial: FrozenTrial) -> TrialMetrics:
@@ -109,8 +86,7 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     lines += _confirmation_lines(study)
     # vllm serve listens on every interface unless told otherwise.
     lines.append("# use: vllm serve --config THIS_FILE --host 127.0.0.1 (elsewhere: also --api-key KEY)")
-    body = yaml.safe_dump(serve_config(kwargs), sort_keys=False, default_flow_style=False)
-    return "\n".join(lines) + "\n" + body
+    return "\n".join(lines) + "\n" + serve_yaml(kwargs)
 
 
 def _confirmation_lines(study: optuna.Study) -> list[str]:

@@ -7,10 +7,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tuner.engine.request import EngineResult, RepeatMeasurement
+from tuner.engine.request import EngineResult, RepeatMeasurement, SloSearch
 from tuner.engine.vllm_metrics import SpecStats
 from tuner.results.stats import coefficient_of_variation, conservative_score, mad, median, percentile, speedup
-from tuner.study.config import StudyConfig
+from tuner.study.config import SloConfig, StudyConfig
+
+# The reference of the SLO rate search (the best baseline's highest rate), kept among the per-level
+# references under a key no batch size or concurrency can take.
+SLO_RATE_LEVEL = 0
+# Goodput objective: the rate ratio decides; throughput only breaks ties between equal rates (the
+# rate search probes the same rates for the same outcomes, so equal rates are exactly equal).
+TIE_BREAK = 1e-4
 
 
 class LevelMetrics(BaseModel):
@@ -29,6 +36,10 @@ class LevelMetrics(BaseModel):
     lossless_match_rate: float | None = None
     first_divergence: list[int | None] | None = None
     weight: float = 1.0  # share of this batch size in the trial's score (workload.batch_weights)
+    # serve mode: each latency key ("ttft_p90", "tpot_p50", ...) in ms and request throughput, median over repeats
+    latency_ms: dict[str, float] = {}
+    request_throughput: float | None = None
+    slo_held: bool | None = None  # every repeat kept the study's SLO at this concurrency (None: no SLO)
 
 
 class TrialMetrics(BaseModel):
@@ -43,6 +54,11 @@ class TrialMetrics(BaseModel):
     measured_s: float = 0.0
     warmup_s: float = 0.0
     gpu_memory_bytes: int | None = None
+    mode: str = "offline"  # offline batches, or served ("serve": levels are --max-concurrency)
+    objective: str = "throughput"  # "goodput": the score is the SLO rate over the baseline's (see apply_reference)
+    throughput_score: float | None = None  # the weighted throughput score (the score itself unless goodput)
+    slo: SloSearch | None = None
+    slo_rate_speedup: float | None = None  # highest rate keeping the SLO over the best baseline's
 
     def level(self, batch_size: int) -> LevelMetrics | None:
         return next((lv for lv in self.levels if lv.batch_size == batch_size), None)
@@ -60,6 +76,11 @@ class TrialMetrics(BaseModel):
             out["gpu_memory_gib"] = self.gpu_memory_bytes / 2**30
         if self.speedup is not None:
             out["speedup"] = self.speedup
+        if self.slo is not None:
+            out["slo_max_rate_rps"] = self.slo.max_rate_rps
+            out["slo_search_s"] = self.slo.elapsed_s
+        if self.slo_rate_speedup is not None:
+            out["slo_rate_speedup"] = self.slo_rate_speedup
         for name, value in (
             ("acceptance_rate", self.spec.acceptance_rate),
             ("mean_acceptance_length", self.spec.mean_acceptance_length),
@@ -86,6 +107,12 @@ class TrialMetrics(BaseModel):
                 value = getattr(lv, key)
                 if value is not None:
                     out[key + sfx] = float(value)
+            if lv.request_throughput is not None:
+                out["request_throughput" + sfx] = lv.request_throughput
+            if lv.slo_held is not None:
+                out["slo_held" + sfx] = float(lv.slo_held)
+            for name, value in lv.latency_ms.items():
+                out[f"{name}_ms{sfx}"] = value
         return out
 
 
@@ -93,10 +120,20 @@ def _opt(values: list[float], fn: Any) -> float | None:
     return fn(values) if values else None
 
 
-def level_metrics(batch_size: int, repeats: list[RepeatMeasurement], mad_penalty: float) -> LevelMetrics:
+def level_metrics(
+    batch_size: int, repeats: list[RepeatMeasurement], mad_penalty: float, slo: SloConfig | None = None
+) -> LevelMetrics:
     tps = [r.tokens_per_s for r in repeats]
     ttft = [x for r in repeats for x in r.ttft_s]
     tpot = [x for r in repeats for x in r.tpot_s]
+    windows = [r.served for r in repeats if r.served is not None]
+    latency: dict[str, float] = {}
+    for key in sorted({k for w in windows for k in w.latency_ms}):
+        latency[key] = median([w.latency_ms[key] for w in windows if key in w.latency_ms])
+    held = None
+    if slo is not None and windows:
+        limits = SloSearch(percentile=slo.percentile, ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms)
+        held = all(limits.held_at(w) for w in windows)
     return LevelMetrics(
         batch_size=batch_size,
         tokens_per_s=median(tps),
@@ -109,19 +146,25 @@ def level_metrics(batch_size: int, repeats: list[RepeatMeasurement], mad_penalty
         ttft_p90_s=_opt(ttft, lambda v: percentile(v, 90)),
         tpot_median_s=_opt(tpot, median),
         tpot_p90_s=_opt(tpot, lambda v: percentile(v, 90)),
+        latency_ms=latency,
+        request_throughput=median([w.request_throughput for w in windows]) if windows else None,
+        slo_held=held,
     )
 
 
 def reference_levels(baselines: Iterable[TrialMetrics]) -> dict[int, float]:
     """Per batch size, the fastest no-speculation median: the reference every speedup is against.
 
-    With several baselines (eager and compiled) each level takes the best one at that level.
+    With several baselines (eager and compiled) each level takes the best one at that level; the
+    highest SLO rate of any baseline is kept under ``SLO_RATE_LEVEL``.
     """
     reference: dict[int, float] = {}
     for metrics in baselines:
         for lv in metrics.levels:
             if lv.tokens_per_s > reference.get(lv.batch_size, 0.0):
                 reference[lv.batch_size] = lv.tokens_per_s
+        if metrics.slo is not None and metrics.slo.max_rate_rps >= reference.get(SLO_RATE_LEVEL, 0.0):
+            reference[SLO_RATE_LEVEL] = metrics.slo.max_rate_rps
     return reference
 
 
@@ -146,8 +189,16 @@ def apply_reference(metrics: TrialMetrics, reference: Mapping[int, float]) -> Tr
             ref = lv.tokens_per_s
         score += lv.weight * (lv.score / ref if ref > 0 else 0.0)
         speed += lv.weight * (lv.speedup or 0.0)
-    out.score = score
+    out.score = out.throughput_score = score
     out.speedup = speed if known and out.levels else None
+    if out.slo is not None:
+        ref_rate = reference.get(SLO_RATE_LEVEL)
+        rate = out.slo.max_rate_rps
+        out.slo_rate_speedup = rate / ref_rate if ref_rate else None
+        if out.objective == "goodput":
+            # No baseline rate yet, or the baseline kept the SLO at no rate tried: the rate itself ranks.
+            primary = out.slo_rate_speedup if out.slo_rate_speedup is not None else rate
+            out.score = primary + TIE_BREAK * score
     return out
 
 
@@ -164,11 +215,12 @@ def score_result(
     """
     levels = []
     spec = SpecStats()
+    serve = study.workload.serve if study.workload.mode == "serve" else None
     for batch_size in study.workload.batch_sizes:
         reps = [r for r in result.repeats if r.batch_size == batch_size]
         if not reps:
             continue
-        lv = level_metrics(batch_size, reps, study.scoring.mad_penalty)
+        lv = level_metrics(batch_size, reps, study.scoring.mad_penalty, serve.slo if serve else None)
         for r in reps:
             spec = spec + r.spec
         if baseline_tokens and batch_size in baseline_tokens and batch_size in result.token_ids:
@@ -189,6 +241,9 @@ def score_result(
         measured_s=sum(r.elapsed_s for r in result.repeats),
         warmup_s=result.warmup_s,
         gpu_memory_bytes=result.peak_memory_bytes,
+        mode=result.mode,
+        objective=serve.objective if serve else "throughput",
+        slo=result.slo,
     )
     if reference is None:
         reference = reference_levels([baseline]) if baseline is not None else {}

@@ -128,10 +128,71 @@ class SearchConfig(StrictModel):
         return sorted(set(value), reverse=True)
 
 
+class SloConfig(StrictModel):
+    """Latency limits a served load must keep: the p``percentile`` TTFT and TPOT of a window's requests."""
+
+    percentile: Literal[50, 90, 99] = 90
+    ttft_ms: float | None = Field(default=None, gt=0, description="Time to first token limit, milliseconds.")
+    tpot_ms: float | None = Field(default=None, gt=0, description="Time per output token limit, milliseconds.")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> SloConfig:
+        if self.ttft_ms is None and self.tpot_ms is None:
+            raise ValueError("no limit given; fix: set ttft_ms, tpot_ms or both")
+        return self
+
+
+class RateSearchConfig(StrictModel):
+    """The search for the highest request rate at which the SLO holds: a doubling ramp, then bisection."""
+
+    start_rps: float = Field(default=1.0, gt=0, description="First request rate tried, requests/s.")
+    max_rps: float = Field(default=64.0, gt=0, description="The ramp stops here.")
+    bisect_steps: int = Field(default=3, ge=0, le=10)
+    requests: int | None = Field(
+        default=None, ge=1, description="Requests per probe (default: twice the prompt count)."
+    )
+    burstiness: float = Field(default=1.0, gt=0, description="1.0 = Poisson arrivals; lower = burstier (gamma).")
+    time_limit_s: float = Field(default=300.0, gt=0, description="The search stops here and keeps the best rate so far.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RateSearchConfig:
+        if self.start_rps > self.max_rps:
+            raise ValueError(f"start_rps ({self.start_rps}) is above max_rps ({self.max_rps}); fix: lower start_rps")
+        return self
+
+
+class ServeConfig(StrictModel):
+    """``workload.mode: serve``: each trial starts ``vllm serve`` and loads it with ``vllm bench serve``."""
+
+    requests_per_level: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests per measured window (default: the prompt count, at least twice the concurrency).",
+    )
+    objective: Literal["throughput", "goodput"] = Field(
+        default="throughput",
+        description="throughput: output tokens/s per concurrency level, weighted; goodput: the highest request "
+        "rate at which the SLO holds (ties broken by throughput).",
+    )
+    slo: SloConfig | None = None
+    rate_search: RateSearchConfig = RateSearchConfig()
+    start_timeout_s: float = Field(default=600.0, gt=0, description="How long the server may take to answer /health.")
+
+    @model_validator(mode="after")
+    def _goodput_needs_slo(self) -> ServeConfig:
+        if self.objective == "goodput" and self.slo is None:
+            raise ValueError("objective goodput needs latency limits; fix: add slo: {ttft_ms: ..., tpot_ms: ...}")
+        return self
+
+
 class WorkloadConfig(StrictModel):
     prompts: Path = Field(description="JSONL file, relative to the study file.")
+    # offline: vllm.LLM.generate over fixed batches; serve: a real `vllm serve` under `vllm bench serve` load,
+    # where each batch size is a --max-concurrency level.
+    mode: Literal["offline", "serve"] = "offline"
     max_tokens: int = Field(default=128, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Sent with every request when set.")
     batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], min_length=1)
     batch_weights: list[Annotated[float, Field(gt=0)]] | None = None
     # weighted: one objective, the weighted mean of each level's score over the best baseline's (tuner.results.scoring).
@@ -140,6 +201,15 @@ class WorkloadConfig(StrictModel):
     repeats: int = Field(default=3, ge=1)
     warmup_prompts: int = Field(default=2, ge=0)
     max_prompts: int | None = Field(default=None, ge=1)
+    serve: ServeConfig = ServeConfig()
+
+    @model_validator(mode="after")
+    def _serve_settings(self) -> WorkloadConfig:
+        if self.mode != "serve" and "serve" in self.model_fields_set:
+            raise ValueError("serve settings are used in serve mode only; fix: add mode: serve, or remove serve")
+        if self.serve.objective == "goodput" and self.combine == "pareto":
+            raise ValueError("objective goodput is one objective; fix: use combine: weighted")
+        return self
 
     @model_validator(mode="after")
     def _weights_match(self) -> WorkloadConfig:

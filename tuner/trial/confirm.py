@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
+    from tuner.study.config import StudyConfig
     from tuner.trial.optimize import StudyRunner
 
 CONFIRMATION = "confirmation"  # Optuna study user attribute
@@ -236,12 +237,11 @@ def confirm_study(runner: StudyRunner) -> Confirmation | None:
     finalists = _finalists(specs, base)
     conf = load(study)
     if conf is None or not conf.same_finalists(finalists) or conf.rounds != config.confirm.rounds:
-        levels = config.workload.batch_sizes
         conf = Confirmation(
             finalists=finalists,
             rounds=config.confirm.rounds,
             repeats=config.confirm.repeats or config.workload.repeats,
-            weights=dict(zip(levels, config.workload.weights(), strict=True)),
+            weights=_weights(config),
             engines=[e for e in (conf.engines if conf and conf.same_finalists(finalists) else [])],
         )
         study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))
@@ -259,6 +259,23 @@ def confirm_study(runner: StudyRunner) -> Confirmation | None:
     return conf
 
 
+def _weights(config: StudyConfig) -> dict[int, float]:
+    """What each confirmation engine is judged on: the weighted levels, or under the goodput objective
+    the SLO rate alone (kept under ``SLO_RATE_LEVEL``)."""
+    from tuner.results.scoring import SLO_RATE_LEVEL
+
+    w = config.workload
+    if w.mode == "serve" and w.serve.objective == "goodput":
+        return {SLO_RATE_LEVEL: 1.0}
+    return dict(zip(w.batch_sizes, w.weights(), strict=True))
+
+
+def _level_text(level: int, value: float) -> str:
+    from tuner.results.scoring import SLO_RATE_LEVEL
+
+    return f"SLO kept up to {value:g} requests/s" if level == SLO_RATE_LEVEL else f"level {level}: {value:.1f} tok/s"
+
+
 def _say(runner: StudyRunner, text: str) -> None:
     if runner.show_progress:
         print(f"confirm: {text}", file=sys.stderr, flush=True)
@@ -268,7 +285,7 @@ def _measure(runner: StudyRunner, conf: Confirmation, round_: int, finalist: Fin
     from tuner.engine.process import run_engine
     from tuner.engine.request import TrialRequest
     from tuner.outputs.tracking import PARENT_TAG, ROLE_TAG, STUDY_TAG
-    from tuner.results.scoring import level_metrics
+    from tuner.results.scoring import SLO_RATE_LEVEL, level_metrics
     from tuner.trial.spec import llm_kwargs
 
     ps = runner.ready()
@@ -289,7 +306,9 @@ def _measure(runner: StudyRunner, conf: Confirmation, round_: int, finalist: Fin
             reps = [r for r in outcome.result.repeats if r.batch_size == bs]
             if reps:
                 run.levels[bs] = level_metrics(bs, reps, 0.0).tokens_per_s
-        _say(runner, "  " + ", ".join(f"batch {bs}: {v:.1f} tok/s" for bs, v in run.levels.items()))
+        if outcome.result.slo is not None:
+            run.levels[SLO_RATE_LEVEL] = outcome.result.slo.max_rate_rps
+        _say(runner, "  " + ", ".join(_level_text(bs, v) for bs, v in run.levels.items()))
     if runner.tracker is not None:
         tracker = runner.tracker
         mlrun = tracker.client.create_run(
@@ -305,7 +324,7 @@ def _measure(runner: StudyRunner, conf: Confirmation, round_: int, finalist: Fin
             },
         )
         run.mlflow_run_id = str(mlrun.info.run_id)
-        metrics = {f"tokens_per_s_bs{bs}": v for bs, v in run.levels.items()}
+        metrics = {(f"tokens_per_s_bs{bs}" if bs else "slo_max_rate_rps"): v for bs, v in run.levels.items()}
         metrics["engine_wall_s"] = run.wall_s
         tracker.log_metrics(run.mlflow_run_id, metrics)
         if run.failure:

@@ -46,6 +46,7 @@ class TrialExecutor:
                 "method": spec.method,
                 "candidate": spec.candidate,
                 "is_baseline": str(spec.is_baseline).lower(),
+                "workload_mode": ps.config.workload.mode,
                 **ps.hardware_tags(),
             },
         )
@@ -123,11 +124,18 @@ class TrialExecutor:
         log_acceptance_plot(tracker, run_id, metrics, f"trial {trial.number}: {spec.label()}")
         for level in metrics.levels:
             tracker.log_stepped(run_id, f"tokens_per_s_repeats_bs{level.batch_size}", level.repeats)
+        if metrics.slo is not None:
+            tracker.log_stepped(run_id, "slo_probe_rate_rps", [p.rate_rps for p in metrics.slo.probes])
+            tracker.log_stepped(run_id, "slo_probe_held", [float(p.held) for p in metrics.slo.probes])
+            tracker.log_dict(run_id, metrics.slo.model_dump(mode="json"), "slo_search.json")
         tracker.set_tags(run_id, {"state": "COMPLETE", "vllm_version": result.vllm_version, "device": result.device})
         self._flag_lossless(run_id, spec, metrics, result.device)
         tracker.end_trial(run_id, "FINISHED")
         best = self._best_label(metrics.score, spec)
-        self.view.trial_finished(trial.number, f"{metrics.tokens_per_s:.1f} tok/s{_fmt_speedup(metrics.speedup)}", best)
+        slo = f", SLO kept up to {metrics.slo.max_rate_rps:g} requests/s" if metrics.slo is not None else ""
+        self.view.trial_finished(
+            trial.number, f"{metrics.tokens_per_s:.1f} tok/s{_fmt_speedup(metrics.speedup)}{slo}", best
+        )
         if ps.multi_objective:
             return [level.score for level in metrics.levels]
         return metrics.score

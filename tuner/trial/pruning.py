@@ -128,14 +128,20 @@ class PruneHook:
             if self.view:
                 self.view.note(f"trial {self.trial.number}: engine ready after {event.elapsed_s:.0f} s")
             return None
+        if event.probe is not None and self.view:
+            probe = event.probe
+            held = "SLO held" if probe.held else "SLO missed"
+            self.view.note(f"trial {self.trial.number}: {probe.rate_rps:g} requests/s: {held}")
         m = event.measurement
         if m is None:
             return None
         if self.view:
             rate = m.spec.acceptance_rate
             acc = f", {rate:.0%} accepted" if rate is not None else ""
+            level = "concurrency" if m.served is not None else "batch"
             self.view.note(
-                f"trial {self.trial.number}: batch {m.batch_size} repeat {m.repeat + 1}: {m.tokens_per_s:.1f} tok/s{acc}"
+                f"trial {self.trial.number}: {level} {m.batch_size} repeat {m.repeat + 1}: "
+                f"{m.tokens_per_s:.1f} tok/s{acc}"
             )
         if not self.config.pruning.enabled:
             return None
@@ -148,7 +154,8 @@ class PruneHook:
         rate = m.spec.acceptance_rate
         if rate is not None and rate < self.config.pruning.min_acceptance_rate:
             return f"acceptance {rate:.1%} below pruning.min_acceptance_rate"
-        if not self.report:
+        # Goodput is decided by the rate search after the levels: throughput so far says nothing about it.
+        if not self.report or (w.mode == "serve" and w.serve.objective == "goodput"):
             return None
         p = self.config.pruning
         verdict = judge(
