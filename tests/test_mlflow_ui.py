@@ -1,9 +1,10 @@
 """A real MLflow server and a real browser: the trial runs a study logs show up in the MLflow UI.
 
 Starts ``mlflow server`` (SQLite backend, proxied artifacts) on a free loopback port, logs a fake-engine
-study to it through the CLI exactly as a user would, then renders the experiment's runs page in
-headless Chromium (Debian's ``chromium``, installed by scripts/services/chromium.sh) and checks the
-DOM for the trial runs. Screenshots and DOM dumps are kept in test-artifacts/.
+study to it through the CLI exactly as a user would, then renders the experiment in headless Chromium
+(Debian's ``chromium``, installed by scripts/services/chromium.sh) and checks the DOM: the experiment
+opens on its runs page, and the runs page lists the trial runs.
+Screenshots and DOM dumps are kept in test-artifacts/.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import FAKE_ENGINE, ROOT, run_cli, study_dict, write_study
+from tuner.outputs import mlflow_ui
 from tuner.results import store
 
 pytestmark = pytest.mark.services
@@ -228,6 +230,18 @@ def _render_until(url: str, name: str, tmp: Path, wanted: list[str]) -> str:
         if all(w in dom for w in wanted):
             break
     return dom
+
+
+def test_experiment_opens_on_its_runs_page(mlflow_server: Server, logged_study: LoggedStudy, tmp_path: Path) -> None:
+    experiment = MlflowClient(mlflow_server.url).get_experiment(logged_study.experiment_id)
+    assert experiment.tags[mlflow_ui.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    # The 3.17 UI picks the landing page from its GenAI / Model training switch, not from the tag:
+    # without workflowType (and a browser that never chose) it opens the GenAI overview.
+    url = f"{mlflow_server.url}/#/experiments/{logged_study.experiment_id}?workflowType=machine_learning"
+    dom = _render_until(url, "mlflow-ui-landing", tmp_path, [">Runs</h2>", "matching runs", "ui-study"])
+    assert ">Runs</h2>" in dom and ">Overview</h2>" not in dom, "see test-artifacts/mlflow-ui-landing.png"
+    assert "Detect Issues" not in dom and "No data available" not in dom
+    assert "ui-study" in dom  # the study's run; its trials are nested under it
 
 
 def test_trial_runs_appear_in_the_browser(mlflow_server: Server, logged_study: LoggedStudy, tmp_path: Path) -> None:

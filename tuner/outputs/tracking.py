@@ -15,6 +15,7 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from tuner.outputs.mlflow_ui import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
 from tuner.redaction import redact
 
 # MLflow configures its loggers at import (INFO); its table-creation chatter hides the progress display.
@@ -38,9 +39,12 @@ class Tracker:
             if found is not None:
                 if found.lifecycle_stage == "deleted":
                     self.client.restore_experiment(found.experiment_id)
+                if found.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING_KIND:
+                    # made before the tuner set it, or by something else: the experiment holds tuner runs
+                    self.client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
                 return str(found.experiment_id)
             try:
-                return str(self.client.create_experiment(name))
+                return str(self.client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND}))
             except Exception:
                 if attempt == 4:
                     raise
