@@ -1,14 +1,16 @@
 """A real MLflow server and a real browser: the trial runs a study logs show up in the MLflow UI.
 
 Starts ``mlflow server`` (SQLite backend, proxied artifacts) on a free loopback port, logs a fake-engine
-study to it through the CLI exactly as a user would, then renders the experiment's runs page in
-headless Chromium (Debian's ``chromium``, installed by scripts/services/chromium.sh) and checks the
-DOM for the trial runs. Screenshots and DOM dumps are kept in test-artifacts/.
+study to it through the CLI exactly as a user would, then renders the experiment in headless Chromium
+(Debian's ``chromium``, installed by scripts/services/chromium.sh) and checks the DOM: the experiment
+opens on its runs page, and the link the CLI prints shows the trial runs with their figures.
+Screenshots and DOM dumps are kept in test-artifacts/.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +28,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import FAKE_ENGINE, ROOT, run_cli, study_dict, write_study
+from tuner.outputs import mlflow_ui
 from tuner.results import store
 
 pytestmark = pytest.mark.services
@@ -47,6 +50,7 @@ class LoggedStudy:
     experiment_id: str
     trials: list[optuna.trial.FrozenTrial]
     parent_run: str
+    stderr: str
 
 
 def _free_port() -> int:
@@ -135,7 +139,8 @@ def logged_study(mlflow_server: Server, tmp_path_factory: pytest.TempPathFactory
     study = optuna.load_study(study_name="ui-study", storage=data["storage"])
     experiment = MlflowClient(mlflow_server.url).get_experiment_by_name("ui-study")
     assert experiment is not None
-    return LoggedStudy("ui-study", experiment.experiment_id, study.get_trials(), study.user_attrs[store.PARENT_RUN])
+    trials, parent = study.get_trials(), study.user_attrs[store.PARENT_RUN]
+    return LoggedStudy("ui-study", experiment.experiment_id, trials, parent, result.stderr)
 
 
 def _run_names(study: LoggedStudy, client: MlflowClient) -> dict[int, str]:
@@ -230,15 +235,53 @@ def _render_until(url: str, name: str, tmp: Path, wanted: list[str]) -> str:
     return dom
 
 
-def test_trial_runs_appear_in_the_browser(mlflow_server: Server, logged_study: LoggedStudy, tmp_path: Path) -> None:
-    names = _run_names(logged_study, MlflowClient(mlflow_server.url))
-    url = _runs_page(
-        mlflow_server, logged_study.experiment_id, "tags.`specdec.role` = 'trial'", "metrics.`tokens_per_s`"
-    )
-    dom = _render_until(url, "mlflow-ui-trials", tmp_path, list(names.values()))
+def test_experiment_opens_on_its_runs_page(mlflow_server: Server, logged_study: LoggedStudy, tmp_path: Path) -> None:
+    experiment = MlflowClient(mlflow_server.url).get_experiment(logged_study.experiment_id)
+    assert experiment.tags[mlflow_ui.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    # The 3.17 UI picks the landing page from its GenAI / Model training switch, not from the tag:
+    # without workflowType (and a browser that never chose) it opens the GenAI overview.
+    url = f"{mlflow_server.url}/#/experiments/{logged_study.experiment_id}?workflowType=machine_learning"
+    dom = _render_until(url, "mlflow-ui-landing", tmp_path, [">Runs</h2>", "matching runs", "ui-study"])
+    assert ">Runs</h2>" in dom and ">Overview</h2>" not in dom, "see test-artifacts/mlflow-ui-landing.png"
+    assert "Detect Issues" not in dom and "No data available" not in dom
+    assert "ui-study" in dom  # the study's run; its trials are nested under it
+
+
+def _cells(dom: str) -> dict[str, dict[str, str]]:
+    """Plain-text cells of the runs table: run id -> column id -> text (pinned and scrolled parts merged)."""
+    rows: dict[str, dict[str, str]] = {}
+    for row_id, body in re.findall(r'row-id="([0-9a-f]{32})"(.*?)(?=row-id="|$)', dom, re.S):
+        cells = re.findall(
+            r'role="gridcell" col-id="([^"]+)"[^>]*><div[^>]*><span[^>]*class="ag-cell-value">([^<]*)<', body
+        )
+        rows.setdefault(row_id, {}).update(cells)
+    return rows
+
+
+def test_trial_runs_with_their_figures_in_the_browser(
+    mlflow_server: Server, logged_study: LoggedStudy, tmp_path: Path
+) -> None:
+    client = MlflowClient(mlflow_server.url)
+    names = _run_names(logged_study, client)
+    url = mlflow_ui.trials_url(mlflow_server.url, logged_study.experiment_id)
+    assert url is not None and f"trials in MLflow: {url}" in logged_study.stderr
+    dom = _render_until(url, "mlflow-ui-trials", tmp_path, [*names.values(), "metrics.`score`"])
     missing = [n for n in names.values() if n not in dom]
     assert not missing, f"not in the rendered runs table: {missing}; see test-artifacts/mlflow-ui-trials.png"
-    assert "<strong>5</strong> matching runs" in dom
+    assert "<strong>5</strong> matching runs" in dom  # the trials, flat: not the study's run
+    cells = _cells(dom)
+    shown = 0
+    for trial in logged_study.trials:
+        run = client.get_run(store.trial_record(trial).mlflow_run_id)
+        row = cells.get(run.info.run_id, {})
+        for key in ("score", "speedup", "tokens_per_s"):
+            if key in run.data.metrics:
+                text = row.get(f"metrics.`{key}`")
+                assert text, f"trial {trial.number}: no {key} cell; see test-artifacts/mlflow-ui-trials.png"
+                value = run.data.metrics[key]
+                assert abs(float(text) - value) <= 0.01 * abs(value) + 1e-3, (trial.number, key, text, value)
+                shown += 1
+    assert shown >= 6  # at least the baseline and the two measured n-gram trials
 
 
 def test_documented_search_works_in_the_browser(

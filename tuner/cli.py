@@ -135,6 +135,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         from tuner.outputs.report import log_study_artifacts
 
         log_study_artifacts(runner.tracker, runner.parent_run, runner.study, runner.config)
+        _print_trials_url(runner.tracker.tracking_uri, runner.tracker.experiment_id)
     if runner.study is not None:
         from tuner.outputs.export import export_best, render_export
 
@@ -143,6 +144,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             print(f"best configuration written to {args.export}", file=sys.stderr)
         print(text)
     return EXIT_OK
+
+
+def _print_trials_url(tracking_uri: str, experiment_id: str) -> None:
+    from tuner.outputs.mlflow_ui import trials_url
+
+    url = trials_url(tracking_uri, experiment_id)
+    if url:
+        print(f"trials in MLflow: {url}", file=sys.stderr)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from tuner.outputs.mlflow_ui import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND, TRIALS_VIEW_TAG, trials_view_value
 from tuner.redaction import redact
 
 # MLflow configures its loggers at import (INFO); its table-creation chatter hides the progress display.
@@ -23,6 +24,10 @@ logging.getLogger("mlflow").setLevel(logging.WARNING)
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "specdec.study"
 ROLE_TAG = "specdec.role"
+
+
+def _ui_tags(created_ms: int) -> dict[str, str]:
+    return {EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND, TRIALS_VIEW_TAG: trials_view_value(created_ms)}
 
 
 class Tracker:
@@ -38,14 +43,23 @@ class Tracker:
             if found is not None:
                 if found.lifecycle_stage == "deleted":
                     self.client.restore_experiment(found.experiment_id)
+                self._tag_for_ui(str(found.experiment_id), found.tags, found.creation_time)
                 return str(found.experiment_id)
             try:
-                return str(self.client.create_experiment(name))
+                return str(self.client.create_experiment(name, tags=_ui_tags(int(time.time() * 1000))))
             except Exception:
                 if attempt == 4:
                     raise
                 time.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _tag_for_ui(self, experiment_id: str, tags: dict[str, str], created_ms: int | None) -> None:
+        """For experiments made before the tuner set these tags, or by something else. The kind is
+        overwritten (the experiment holds tuner runs); a trials view that exists is left as it is, in
+        case someone edited it."""
+        for key, value in _ui_tags(created_ms or 0).items():
+            if key not in tags or (key == EXPERIMENT_KIND_TAG and tags[key] != value):
+                self.client.set_experiment_tag(experiment_id, key, value)
 
     # -- parent run --------------------------------------------------------------------------
     def open_parent(self, run_id: str | None, study_name: str, tags: dict[str, str]) -> str:
