@@ -40,6 +40,7 @@ class LevelMetrics(BaseModel):
     latency_ms: dict[str, float] = {}
     request_throughput: float | None = None
     slo_held: bool | None = None  # every repeat kept the study's SLO at this concurrency (None: no SLO)
+    spec: SpecStats = SpecStats()  # this level's speculative counters, summed over its repeats
 
 
 class TrialMetrics(BaseModel):
@@ -111,6 +112,9 @@ class TrialMetrics(BaseModel):
                 out["request_throughput" + sfx] = lv.request_throughput
             if lv.slo_held is not None:
                 out["slo_held" + sfx] = float(lv.slo_held)
+            if lv.spec.acceptance_rate is not None:
+                out["acceptance_rate" + sfx] = lv.spec.acceptance_rate
+                out["mean_acceptance_length" + sfx] = lv.spec.mean_acceptance_length or 0.0
             for name, value in lv.latency_ms.items():
                 out[f"{name}_ms{sfx}"] = value
         return out
@@ -130,6 +134,9 @@ def level_metrics(
     latency: dict[str, float] = {}
     for key in sorted({k for w in windows for k in w.latency_ms}):
         latency[key] = median([w.latency_ms[key] for w in windows if key in w.latency_ms])
+    spec = SpecStats()
+    for r in repeats:
+        spec = spec + r.spec
     held = None
     if slo is not None and windows:
         limits = SloSearch(percentile=slo.percentile, ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms)
@@ -147,6 +154,7 @@ def level_metrics(
         tpot_median_s=_opt(tpot, median),
         tpot_p90_s=_opt(tpot, lambda v: percentile(v, 90)),
         latency_ms=latency,
+        spec=spec,
         request_throughput=median([w.request_throughput for w in windows]) if windows else None,
         slo_held=held,
     )
