@@ -45,30 +45,9 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     ]
     label = spec.label() if spec else f"trial {chosen.number}"
     lines.append(f"# configuration: {label}")
-    if len(metrics.levels) > 1:
-        weights = ", ".join(f"batch {lv.batch_size}: {lv.weight:.2f}" for lv in metrics.levels)
-        lines.append(
-            f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s, the weighted mean over batch sizes "
-            f"({weights}) of each level's median; per level below"
-        )
-    else:
-        lines.append(f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s (median of repeats)")
+    lines += _measurement_lines(metrics)
     if baseline is not None:
-        base = _metrics(baseline)
-        lines.append(
-            f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {baseline.number})"
-        )
-        if metrics.speedup is not None:
-            what = " (the weighted mean of the per-level speedups)" if len(metrics.levels) > 1 else ""
-            lines.append(f"# speedup over no speculation: {metrics.speedup:.2f}x{what}")
-        reference = store.reference(study)
-        for level in metrics.levels:
-            ref = reference.get(level.batch_size)
-            if ref and level.speedup is not None:
-                lines.append(
-                    f"#   batch {level.batch_size}: {level.tokens_per_s:.1f} vs {ref:.1f} tokens/s "
-                    f"= {level.speedup:.2f}x"
-                )
+        lines += _baseline_lines(study, metrics, _metrics(baseline), baseline.number)
     conf = confirm.current(study)
     if not paid and conf is not None and conf.complete:
         lines.append(
@@ -87,6 +66,65 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     # vllm serve listens on every interface unless told otherwise.
     lines.append("# use: vllm serve --config THIS_FILE --host 127.0.0.1 (elsewhere: also --api-key KEY)")
     return "\n".join(lines) + "\n" + serve_yaml(kwargs)
+
+
+def _level_name(metrics: TrialMetrics) -> str:
+    return "concurrency" if metrics.mode == "serve" else "batch"
+
+
+def _measurement_lines(metrics: TrialMetrics) -> list[str]:
+    name = _level_name(metrics)
+    sampling = metrics.sampling
+    lines = []
+    if metrics.mode == "serve":
+        lines.append(
+            "# measured served: vllm serve under vllm bench serve load, at most "
+            + ", ".join(str(lv.batch_size) for lv in metrics.levels)
+            + " requests in flight"
+        )
+    if sampling:
+        top_p = sampling.get("top_p")
+        lines.append(
+            f"# sampling sent with every request: temperature {sampling.get('temperature')}, "
+            f"top_p {top_p if top_p is not None else '1.0 (vLLM default)'}, max_tokens {sampling.get('max_tokens')}"
+        )
+    if len(metrics.levels) > 1:
+        weights = ", ".join(f"{name} {lv.batch_size}: {lv.weight:.2f}" for lv in metrics.levels)
+        lines.append(
+            f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s, the weighted mean over {name} levels "
+            f"({weights}) of each level's median; per level below"
+        )
+    else:
+        lines.append(f"# throughput: {metrics.tokens_per_s:.1f} output tokens/s (median of repeats)")
+    return lines
+
+
+def _baseline_lines(study: optuna.Study, metrics: TrialMetrics, base: TrialMetrics, number: int) -> list[str]:
+    name = _level_name(metrics)
+    lines = [f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {number})"]
+    if metrics.speedup is not None:
+        what = " (the weighted mean of the per-level speedups)" if len(metrics.levels) > 1 else ""
+        lines.append(f"# speedup over no speculation: {metrics.speedup:.2f}x{what}")
+    reference = store.reference(study)
+    for level in metrics.levels:
+        ref = reference.get(level.batch_size)
+        if ref and level.speedup is not None:
+            lines.append(
+                f"#   {name} {level.batch_size}: {level.tokens_per_s:.1f} vs {ref:.1f} tokens/s = {level.speedup:.2f}x"
+            )
+    slo = metrics.slo
+    if slo is not None:
+        limits = " and ".join(
+            f"p{slo.percentile} {what} <= {limit:g} ms"
+            for what, limit in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms))
+            if limit is not None
+        )
+        versus = f" ({metrics.slo_rate_speedup:.2f}x the baseline's)" if metrics.slo_rate_speedup is not None else ""
+        cut = ", search stopped by its time limit" if slo.truncated else ""
+        lines.append(f"# SLO {limits}: held up to {slo.max_rate_rps:g} requests/s{versus}{cut}")
+        if metrics.objective == "goodput":
+            lines.append("# objective: goodput (highest request rate keeping the SLO; ties broken by throughput)")
+    return lines
 
 
 def _confirmation_lines(study: optuna.Study) -> list[str]:

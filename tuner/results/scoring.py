@@ -60,6 +60,8 @@ class TrialMetrics(BaseModel):
     throughput_score: float | None = None  # the weighted throughput score (the score itself unless goodput)
     slo: SloSearch | None = None
     slo_rate_speedup: float | None = None  # highest rate keeping the SLO over the best baseline's
+    # What every request was sent with: temperature, top_p (None: vLLM's default, 1.0), max_tokens.
+    sampling: dict[str, float | int | None] = {}
 
     def level(self, batch_size: int) -> LevelMetrics | None:
         return next((lv for lv in self.levels if lv.batch_size == batch_size), None)
@@ -251,6 +253,11 @@ def score_result(
         gpu_memory_bytes=result.peak_memory_bytes,
         mode=result.mode,
         objective=serve.objective if serve else "throughput",
+        sampling={
+            "temperature": study.workload.temperature,
+            "top_p": study.workload.top_p,
+            "max_tokens": study.workload.max_tokens,
+        },
         slo=result.slo,
     )
     if reference is None:
