@@ -4,6 +4,7 @@ concurrency 1 and 4, each with a rate search against a loose SLO (objective: goo
 
 from __future__ import annotations
 
+import copy
 import json
 import signal
 import urllib.error
@@ -36,7 +37,7 @@ SERVE = {
 
 def serve_study(tmp: Path, name: str, trials: int) -> dict[str, Any]:
     data = study_dict(tmp, name=name, budget={"trials": trials, "trial_timeout_s": 600})
-    data["workload"].update(SERVE, batch_sizes=[1, 4], repeats=1, max_tokens=16, temperature=0.0, top_p=1.0)
+    data["workload"].update(copy.deepcopy(SERVE), batch_sizes=[1, 4], repeats=1, max_tokens=16, temperature=0.0, top_p=1.0)
     data["search"]["first_trials"] = [
         {"candidate": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
     ]
