@@ -6,6 +6,7 @@ server's ``/metrics``, diffed around each measured window, so warm-up never coun
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -92,12 +93,12 @@ class ServeBackend:
         assert self.client is not None and self.config.slo is not None
         slo, cfg = self.config.slo, self.config.rate_search
         result = SloSearch(percentile=slo.percentile, ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms)
-        n_requests = cfg.requests or 2 * self._n_prompts
+        fewest = cfg.requests or 2 * self._n_prompts
         client = self.client
 
         def holds(rate: float) -> bool:
             before = self.spec_counters()
-            window = client.run(n_requests, rate=rate, burstiness=cfg.burstiness)
+            window = client.run(max(fewest, math.ceil(rate * cfg.probe_s)), rate=rate, burstiness=cfg.burstiness)
             probe = SloProbe(
                 rate_rps=rate, held=result.held_at(window), window=window, spec=diff(before, self.spec_counters())
             )

@@ -111,17 +111,17 @@ def snapshot_from_prometheus(text: str) -> Snapshot:
 
     snap: Snapshot = {}
     for family in text_string_to_metric_families(text):
-        if not family.name.startswith(PREFIX):
-            continue
         for sample in family.samples:
-            if not sample.name.endswith("_total"):
+            # By the sample's name: a page whose TYPE lines do not group samples into families parses too.
+            if not (sample.name.startswith(PREFIX) and sample.name.endswith("_total")):
                 continue
+            name = sample.name.removesuffix("_total")
             value = int(float(sample.value))
-            if family.name == PER_POS:
+            if name == PER_POS:
                 pos = int(sample.labels.get("position", 0))
-                counts = snap.setdefault(family.name, [])
+                counts = snap.setdefault(name, [])
                 counts += [0] * (pos + 1 - len(counts))
                 counts[pos] += value
             else:
-                snap[family.name] = snap.get(family.name, 0) + value
+                snap[name] = snap.get(name, 0) + value
     return snap

@@ -148,8 +148,14 @@ class RateSearchConfig(StrictModel):
     start_rps: float = Field(default=1.0, gt=0, description="First request rate tried, requests/s.")
     max_rps: float = Field(default=64.0, gt=0, description="The ramp stops here.")
     bisect_steps: int = Field(default=3, ge=0, le=10)
+    probe_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Seconds of arrivals per probe: a probe sends rate x probe_s requests (at least `requests`), "
+        "so a higher rate is held as long as a lower one.",
+    )
     requests: int | None = Field(
-        default=None, ge=1, description="Requests per probe (default: twice the prompt count)."
+        default=None, ge=1, description="The fewest requests per probe (default: twice the prompt count)."
     )
     burstiness: float = Field(default=1.0, gt=0, description="1.0 = Poisson arrivals; lower = burstier (gamma).")
     time_limit_s: float = Field(default=300.0, gt=0, description="The search stops here and keeps the best rate so far.")
