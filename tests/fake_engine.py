@@ -16,6 +16,13 @@ Throughput is a deterministic function of the speculative settings; behaviour is
   fake_spec_gain: speculative throughput is this times the baseline's (instead of the formula below)
   fake_engine_factors, fake_launch_file: the n-th engine started (counted in the file) runs at
     fake_engine_factors[n] times its throughput: noise between engines, as on a real machine
+  fake_capacity_rps: serve mode, the request rate the baseline saturates at (default 8.0; speculation
+    raises it by its throughput gain)
+  fake_probe_s: serve mode, seconds each SLO probe takes (default fake_repeat_s)
+
+Serve mode (``request.mode == "serve"``): every repeat carries a ``served`` window with latencies from
+a fake model (TPOT from the per-stream throughput, TTFT growing with concurrency or request rate),
+and with ``serve.slo`` set the rate search of :mod:`tuner.engine.rate_search` runs on the same model.
 """
 
 from __future__ import annotations
@@ -25,11 +32,27 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tuner.engine.measure import PROGRESS_FILE, RESULT_FILE
-from tuner.engine.request import EngineResult, ProgressEvent, RepeatMeasurement, TrialRequest
+from tuner.engine.rate_search import search_rate
+from tuner.engine.request import (
+    EngineResult,
+    ProgressEvent,
+    RepeatMeasurement,
+    ServedWindow,
+    SloProbe,
+    SloSearch,
+    TrialRequest,
+)
 from tuner.engine.vllm_metrics import SpecStats
+from tuner.study.config import ServeConfig
+
+# p50 -> p90 -> p99 and mean of every fake latency: a right-skewed spread, as served latencies have
+_SPREAD = {"p50": 1.0, "p90": 1.25, "p99": 1.5, "mean": 1.08}
+TTFT_MS = 15.0  # an idle server's time to first token
+TPOT_MS = 10.0  # an idle server's time per output token without speculation (100 tokens/s per stream)
 
 
 def throughput(spec: dict | None, batch_size: int, gains: dict[str, float] | None = None) -> tuple[float, SpecStats]:
@@ -51,13 +74,90 @@ def throughput(spec: dict | None, batch_size: int, gains: dict[str, float] | Non
     )
 
 
-def main(argv: list[str]) -> int:
-    request = TrialRequest.model_validate_json(Path(argv[0]).read_text())
-    outdir = Path(argv[1])
-    kwargs = request.llm_kwargs
-    spec = kwargs.get("speculative_config")
+def _latencies(ttft: float, tpot: float, itl: float, max_tokens: int) -> dict[str, float]:
+    e2el = ttft + tpot * max(0, max_tokens - 1)
+    return {
+        f"{name}_{stat}": base * factor
+        for name, base in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el))
+        for stat, factor in _SPREAD.items()
+    }
+
+
+def level_window(request: TrialRequest, concurrency: int, tps: float, stats: SpecStats) -> ServedWindow:
+    """One ``vllm bench serve`` window at ``--max-concurrency``: every stream decodes at tps / concurrency."""
+    n = (request.serve.requests_per_level if request.serve else None) or max(len(request.prompts), 2 * concurrency)
+    tpot = 1000.0 * concurrency / tps
+    ttft = TTFT_MS * (1 + 0.5 * (concurrency - 1)) * (1.05 if stats.drafts else 1.0)
+    out_tokens = n * request.max_tokens
+    duration = out_tokens / tps
+    return ServedWindow(
+        max_concurrency=concurrency,
+        completed=n,
+        duration_s=duration,
+        output_tokens=out_tokens,
+        request_throughput=n / duration,
+        output_throughput=tps,
+        # tokens come in bursts of the mean acceptance length, so the gap between chunks is longer
+        latency_ms=_latencies(ttft, tpot, tpot * (stats.mean_acceptance_length or 1.0), request.max_tokens),
+    )
+
+
+def rate_window(request: TrialRequest, rate: float, n: int, gain: float, capacity: float) -> ServedWindow:
+    """Open-loop arrivals at ``rate``: queueing grows TTFT as 1 / (1 - load), batching grows TPOT."""
+    load = rate / (capacity * gain)
+    ttft = TTFT_MS / (1 - load) if load < 0.95 else TTFT_MS * 40 * (1 + load)
+    tpot = TPOT_MS / gain * (1 + 2 * load)
+    latency = _latencies(ttft, tpot, tpot, request.max_tokens)
+    duration = n / rate + latency["e2el_p50"] / 1000.0
+    out_tokens = n * request.max_tokens
+    return ServedWindow(
+        request_rate=rate,
+        completed=n,
+        duration_s=duration,
+        output_tokens=out_tokens,
+        request_throughput=n / duration,
+        output_throughput=out_tokens / duration,
+        latency_ms=latency,
+    )
+
+
+def slo_search(
+    request: TrialRequest, gain: float, stats: SpecStats, kwargs: dict, emit_probe: Callable[[SloProbe], None]
+) -> SloSearch:
+    """The real rate search (tuner.engine.rate_search) over the fake latency model."""
+    serve = request.serve or ServeConfig()
+    assert serve.slo is not None
+    slo, cfg = serve.slo, serve.rate_search
+    result = SloSearch(percentile=slo.percentile, ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms)
+    n = cfg.requests or 2 * len(request.prompts)
+    capacity = float(kwargs.get("fake_capacity_rps", 8.0))
+    probe_s = float(kwargs.get("fake_probe_s", kwargs.get("fake_repeat_s", 0.05)))
+
+    def holds(rate: float) -> bool:
+        time.sleep(probe_s)
+        window = rate_window(request, rate, n, gain, capacity)
+        probe = SloProbe(rate_rps=rate, held=result.held_at(window), window=window, spec=stats)
+        result.probes.append(probe)
+        emit_probe(probe)
+        return probe.held
+
+    t0 = time.monotonic()
+    outcome = search_rate(holds, cfg)
+    result.max_rate_rps, result.truncated = outcome.max_rate_rps, outcome.truncated
+    result.elapsed_s = time.monotonic() - t0
+    return result
+
+
+def level_throughput(spec: dict | None, batch_size: int, kwargs: dict) -> tuple[float, SpecStats]:
+    tps, stats = throughput(spec, batch_size, kwargs.get("fake_gain"))
+    if spec and "fake_spec_gain" in kwargs:
+        tps = throughput(None, batch_size)[0] * float(kwargs["fake_spec_gain"])
+    return tps, stats
+
+
+def misbehave(kwargs: dict, spec: dict | None) -> int | None:
+    """The failure the ``fake_*`` knobs ask of this trial: an exit code, a kill or a hang; None: run."""
     k = spec["num_speculative_tokens"] if spec else None
-    print("fake engine starting", flush=True)
     if kwargs.get("fake_helper"):
         helper = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
         subprocess.Popen([sys.executable, "-c", helper], stdin=subprocess.DEVNULL)
@@ -76,46 +176,82 @@ def main(argv: list[str]) -> int:
     hang_file = kwargs.get("fake_hang_file")
     if spec and hang_file and Path(hang_file).exists():
         time.sleep(3600)
+    return None
+
+
+def launch_factor(kwargs: dict) -> float:
+    if not kwargs.get("fake_launch_file"):
+        return 1.0
+    counter = Path(kwargs["fake_launch_file"])
+    launched = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(launched + 1))
+    factors = kwargs["fake_engine_factors"]
+    return float(factors[launched % len(factors)])
+
+
+def measurement(
+    request: TrialRequest, bs: int, repeat: int, tps: float, stats: SpecStats, jitter: float
+) -> RepeatMeasurement:
+    if request.mode == "serve":
+        window = level_window(request, bs, tps * jitter, stats)
+        return RepeatMeasurement(
+            batch_size=bs,
+            repeat=repeat,
+            output_tokens=window.output_tokens,
+            elapsed_s=window.duration_s,
+            spec=stats,
+            served=window,
+        )
+    out_tokens = request.max_tokens * len(request.prompts)
+    return RepeatMeasurement(
+        batch_size=bs,
+        repeat=repeat,
+        output_tokens=out_tokens,
+        elapsed_s=out_tokens / (tps * jitter),
+        ttft_s=[0.01] * len(request.prompts),
+        tpot_s=[1.0 / tps] * len(request.prompts),
+        spec=stats,
+    )
+
+
+def main(argv: list[str]) -> int:
+    request = TrialRequest.model_validate_json(Path(argv[0]).read_text())
+    outdir = Path(argv[1])
+    kwargs = request.llm_kwargs
+    spec = kwargs.get("speculative_config")
+    print("fake engine starting", flush=True)
+    code = misbehave(kwargs, spec)
+    if code is not None:
+        return code
     t0 = time.perf_counter()
     progress = outdir / PROGRESS_FILE
 
-    def emit(event: str, m: RepeatMeasurement | None = None) -> None:
-        line = ProgressEvent(event=event, elapsed_s=time.perf_counter() - t0, measurement=m)
+    def emit(event: str, m: RepeatMeasurement | None = None, probe: SloProbe | None = None) -> None:
+        line = ProgressEvent(event=event, elapsed_s=time.perf_counter() - t0, measurement=m, probe=probe)
         with progress.open("a") as fh:
             fh.write(line.model_dump_json() + "\n")
 
     emit("engine_ready")
     repeat_s = float(kwargs.get("fake_repeat_s", 0.05))
-    factor = 1.0
-    if kwargs.get("fake_launch_file"):
-        counter = Path(kwargs["fake_launch_file"])
-        launched = int(counter.read_text()) if counter.exists() else 0
-        counter.write_text(str(launched + 1))
-        factors = kwargs["fake_engine_factors"]
-        factor = factors[launched % len(factors)]
+    factor = launch_factor(kwargs)
     repeats = []
     tokens: dict[int, list[list[int]]] = {}
     for bs in request.batch_sizes:
-        tps, stats = throughput(spec, bs, kwargs.get("fake_gain"))
-        if spec and "fake_spec_gain" in kwargs:
-            tps = throughput(None, bs)[0] * float(kwargs["fake_spec_gain"])
+        tps, stats = level_throughput(spec, bs, kwargs)
         tps *= factor
         for r in range(request.repeats):
             time.sleep(repeat_s)
             jitter = 1.0 + 0.01 * ((r % 3) - 1)
-            out_tokens = request.max_tokens * len(request.prompts)
-            m = RepeatMeasurement(
-                batch_size=bs,
-                repeat=r,
-                output_tokens=out_tokens,
-                elapsed_s=out_tokens / (tps * jitter),
-                ttft_s=[0.01] * len(request.prompts),
-                tpot_s=[1.0 / tps] * len(request.prompts),
-                spec=stats,
-            )
+            m = measurement(request, bs, r, tps, stats, jitter)
             repeats.append(m)
             emit("repeat", m)
-        tokens[bs] = [[i, i + 1, i + 2] for i in range(len(request.prompts))]
+        if request.mode != "serve":  # a served trial has no token ids to compare (as tuner.engine.served)
+            tokens[bs] = [[i, i + 1, i + 2] for i in range(len(request.prompts))]
+    slo = None
+    if request.mode == "serve" and request.serve is not None and request.serve.slo is not None:
+        tps, stats = level_throughput(spec, 1, kwargs)
+        gain = tps * factor / throughput(None, 1)[0]
+        slo = slo_search(request, gain, stats, kwargs, lambda p: emit("slo_probe", probe=p))
     result = EngineResult(
         engine_start_s=0.01,
         warmup_s=0.0,
@@ -124,6 +260,8 @@ def main(argv: list[str]) -> int:
         vllm_version="fake",
         torch_version="fake",
         device="cpu (fake)",
+        mode=request.mode,
+        slo=slo,
     )
     (outdir / RESULT_FILE).write_text(result.model_dump_json())
     return 0

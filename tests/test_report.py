@@ -110,6 +110,15 @@ def test_html_report_is_self_contained_and_answers_which_how_much_why(
     assert verdict is not None
     assert "Use ngram k=4" in verdict.group(1) and "1.48× the throughput of no speculation" in verdict.group(1)
     assert "Speedup per batch size" in text
+
+    # how it was measured: offline batches, and the sampling (top_p unset: vLLM's default)
+    measured = re.search(r'<ul id="measurement">(.*?)</ul>', text, re.S)
+    assert measured is not None
+    assert "<code>vllm.LLM</code>" in measured.group(1)
+    how = unescape(re.sub(r"<[^>]+>", "", measured.group(1)))
+    assert "Offline batches: each trial builds a vllm.LLM and times LLM.generate on batches of 1, 4 prompts" in how
+    assert "Sampling: temperature 0 (greedy), top_p vLLM default 1.0, max_tokens 24 output tokens per request." in how
+    assert "served" not in how.lower() and 'id="plot-latency"' not in text
     for bs in ('<td class="num">1</td>', '<td class="num">4</td>'):
         assert bs in text
     assert 'id="best-config"' in text and "speculative-config:" in text and "num_speculative_tokens: 4" in text
@@ -148,6 +157,9 @@ def test_markdown_report_for_a_pull_request(study: FakeStudy, capsys: pytest.Cap
     assert md.startswith("### specdec-tuner: study `report-study`")
     assert "**Use ngram k=4 lookup" in md and "1.48×" in md
     assert "| batch size |" in md and "| 1 | " in md and "| 4 | " in md
+    assert "**How it was measured**" in md and "- Offline batches: each trial builds a `vllm.LLM`" in md
+    assert "- Sampling: temperature 0 (greedy), top_p vLLM default 1.0, max_tokens 24" in md
+    assert "Latency per concurrency level" not in md and "SLO" not in md
     assert "**Why**" in md and "- ngram k=4" in md
     assert "```yaml" in md and "speculative-config:" in md
     assert "| trial | state | configuration |" in md

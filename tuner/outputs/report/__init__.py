@@ -1,7 +1,8 @@
 """``tuner report``: which configuration won, how much faster it is, and why — from the study alone.
 
 One job per module: ``model`` (rows read from the Optuna storage, the report's data; what plots import),
-``importances`` (fANOVA), ``prose`` (verdicts and "why" sentences), ``build`` (assembling a report),
+``importances`` (fANOVA), ``prose`` (verdicts and "why" sentences), ``served`` (how it was measured; serve
+mode's latency per level and SLO rates), ``build`` (assembling a report),
 ``tables`` (cells and DataFrames), ``html`` and ``markdown`` (renderers), ``publish`` (MLflow).
 The command's glue (arguments, output path and format) is in ``tuner.cli``.
 """

@@ -19,12 +19,14 @@ from tuner.outputs.report.model import (
     config_from_study,
 )
 from tuner.outputs.report.prose import explain, headline, settings, verdict
+from tuner.outputs.report.served import measurement_lines, served_levels, slo_summary, workload_mode
 from tuner.redaction import mask_url
 from tuner.study.preflight import REJECTED_ATTR
 
 if TYPE_CHECKING:
     import optuna
 
+    from tuner.results.scoring import LevelMetrics
     from tuner.study.config import StudyConfig
 
 
@@ -54,6 +56,7 @@ def build_report(study: optuna.Study, config: StudyConfig | None = None, storage
     candidates = _candidate_summaries(rows, config, dict(study.user_attrs.get(REJECTED_ATTR) or {}))
     importances, importance_note = param_importances(rows)
     engine = next((r.engine for r in (chosen, featured, best) if r is not None and r.engine), {})
+    mode = workload_mode(config, rows)
     report = StudyReport(
         study_name=study.study_name,
         storage=mask_url(storage),
@@ -73,7 +76,12 @@ def build_report(study: optuna.Study, config: StudyConfig | None = None, storage
         importance_note=importance_note,
         settings=settings(config),
         engine=engine,
+        mode=mode,
+        slo=slo_summary(rows, config) if mode == "serve" else None,
     )
+    report.measurement = measurement_lines(config, mode, report.slo)
+    if mode == "serve":
+        report.served = served_levels(report.finalists)
     report.headline = headline(report)
     report.why = explain(report, config)
     report.confirmation = _confirmation(study)
@@ -104,14 +112,23 @@ def _levels(row: TrialRow | None, base: TrialRow | None) -> list[LevelRow]:
                 # the reference of this level's speedup: the best baseline at this batch size (collect_rows)
                 baseline_tokens_per_s=lv.tokens_per_s / lv.speedup if lv.speedup else (bl.tokens_per_s if bl else None),
                 speedup=lv.speedup,
-                ttft_s=lv.ttft_median_s,
-                baseline_ttft_s=bl.ttft_median_s if bl else None,
-                tpot_s=lv.tpot_median_s,
-                baseline_tpot_s=bl.tpot_median_s if bl else None,
+                ttft_s=_median_latency(lv, "ttft"),
+                baseline_ttft_s=_median_latency(bl, "ttft"),
+                tpot_s=_median_latency(lv, "tpot"),
+                baseline_tpot_s=_median_latency(bl, "tpot"),
                 lossless=lv.lossless_match_rate,
             )
         )
     return out
+
+
+def _median_latency(lv: LevelMetrics | None, metric: str) -> float | None:
+    """Median TTFT or TPOT in seconds: the offline per-request median, or a served window's p50."""
+    if lv is None:
+        return None
+    offline = lv.ttft_median_s if metric == "ttft" else lv.tpot_median_s
+    served = lv.latency_ms.get(f"{metric}_p50")
+    return offline if offline is not None else (served / 1000 if served is not None else None)
 
 
 def _candidate_summaries(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
+import re
 from typing import TYPE_CHECKING, Any
 
 from tuner.outputs.report.importances import MIN_IMPORTANCE_CONFIGS
-from tuner.outputs.report.tables import candidate_table, level_table, trial_table
+from tuner.outputs.report.tables import candidate_table, level_table, served_level_table, slo_table, trial_table
 
 if TYPE_CHECKING:
     from tuner.outputs.report.model import StudyReport
@@ -35,6 +36,9 @@ _PLOT_CAPTIONS = {
     "trials.",
     "throughput": "Throughput of every speculative trial against num_speculative_tokens, per batch size; the dashed "
     "line is no speculation. Above the line, speculation pays.",
+    "latency": "Served latency of the chosen configuration, the best baseline and the best speculative one: TTFT "
+    "and TPOT at the SLO's percentile (p90 without an SLO) per max-concurrency level (top) and, where an SLO search "
+    "ran, per request rate it probed (bottom). Crosses missed the SLO; dashed lines are its limits.",
     "acceptance": "Share of drafts whose token at each position was accepted. Speculation pays when the early "
     "positions are accepted often; positions that are rarely accepted only cost drafting time.",
     "importances": "How much of the score's variation each setting explains (fANOVA over the completed trials; "
@@ -57,21 +61,37 @@ def _html_table(header: list[str], body: list[list[str]], row_classes: list[str]
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(lines)}</tbody></table>"
 
 
+def _captions(report: StudyReport) -> dict[str, str]:
+    if report.mode != "serve":
+        return _PLOT_CAPTIONS
+    out = {k: v.replace("batch size", "concurrency level") for k, v in _PLOT_CAPTIONS.items()}
+    if report.slo is not None and report.slo.objective == "goodput":
+        out["history"] = out["history"].replace(
+            "its weighted speedup over no speculation, less the MAD penalty",
+            "its highest request rate keeping the SLO over no speculation's",
+        )
+    return out
+
+
 def figures(report: StudyReport) -> dict[str, Any]:
-    """The report's plots, by name (matplotlib Figures)."""
+    """The report's plots, by name (matplotlib Figures); serve mode adds the finalists' latency against load."""
     from tuner.outputs import plots
 
-    return {
+    out = {
         "history": plots.history(report.rows),
         "throughput": plots.throughput_vs_k(report.rows),
         "acceptance": plots.acceptance_per_position(report.rows),
         "importances": plots.importances(report.importances, report.importance_note),
         "engine_start": plots.engine_start_vs_eager(report.rows),
     }
+    if report.mode == "serve":
+        out["latency"] = plots.latency_vs_load(report.finalists, report.slo)
+    return out
 
 
 def render_html(report: StudyReport) -> str:
     parts = _header(report)
+    parts += _measured(report)
     parts += _findings(report)
     parts += _best_config(report)
     if report.candidates:
@@ -79,9 +99,10 @@ def render_html(report: StudyReport) -> str:
         parts.append(_html_table(*candidate_table(report)))
     parts += _plots(report)
     parts += _trials_and_settings(report)
+    noun = "concurrency level" if report.mode == "serve" else "batch size"
     parts.append(
-        '<p class="meta">Speedups are output tokens/s over the study\'s best no-speculation median at each batch size, '
-        "averaged over batch sizes with the score's weights; per batch size in the first table. "
+        f'<p class="meta">Speedups are output tokens/s over the study\'s best no-speculation median at each {noun}, '
+        f"averaged over the levels with the score's weights; per {noun} in the first table. "
         "Every figure is the median of the measured repeats.</p>"
     )
     parts.append("</body></html>")
@@ -111,13 +132,42 @@ def _header(report: StudyReport) -> list[str]:
     ]
 
 
+def _measured(report: StudyReport) -> list[str]:
+    """How the trials were measured (mode, levels, sampling, SLO)."""
+    if not report.measurement:
+        return []
+    code = re.compile(r"`([^`]+)`")
+    items = "".join("<li>" + code.sub(r"<code>\1</code>", html.escape(s)) + "</li>" for s in report.measurement)
+    return [f'<h2>How it was measured</h2><ul id="measurement">{items}</ul>']
+
+
+def _served(report: StudyReport) -> list[str]:
+    """Serve mode: the finalists' latencies per concurrency level, and the SLO rate of every trial."""
+    esc = html.escape
+    parts = []
+    if report.served:
+        parts.append("<h2>Latency per concurrency level</h2>")
+        parts.append('<div id="served-levels">' + _html_table(*served_level_table(report)) + "</div>")
+    if report.slo is not None:
+        base = report.slo.baseline_rate_rps
+        parts.append("<h2>SLO: highest request rate</h2>")
+        parts.append(
+            f'<p id="slo-limits">Limits: {esc(report.slo.limits())}. Objective: {esc(report.slo.objective)}. '
+            + (f"No speculation kept the SLO up to {base:g} requests/s." if base is not None else "")
+            + "</p>"
+        )
+        parts.append('<div id="slo">' + _html_table(*slo_table(report)) + "</div>")
+    return parts
+
+
 def _findings(report: StudyReport) -> list[str]:
-    """Speedup per batch size, the "why" sentences and the confirmation in fresh engines."""
+    """Speedup per level, serve mode's latency and SLO tables, the "why" sentences and the confirmation."""
     esc = html.escape
     parts = []
     if report.levels:
-        parts.append("<h2>Speedup per batch size</h2>")
+        parts.append(f"<h2>Speedup per {'concurrency level' if report.mode == 'serve' else 'batch size'}</h2>")
         parts.append(_html_table(*level_table(report)))
+    parts += _served(report)
     if report.why:
         parts.append('<h2>Why</h2><ul id="why">' + "".join(f"<li>{esc(s)}</li>" for s in report.why) + "</ul>")
     if report.confirmation:
@@ -148,11 +198,12 @@ def _plots(report: StudyReport) -> list[str]:
 
     esc = html.escape
     parts = ["<h2>Plots</h2>"]
+    captions = _captions(report)
     for name, fig in figures(report).items():
         data = plots.png_base64(fig)
         parts.append(
             f'<figure id="plot-{name}"><img alt="{esc(name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{esc(_PLOT_CAPTIONS[name])}</figcaption></figure>"
+            f"<figcaption>{esc(captions[name])}</figcaption></figure>"
         )
     if report.importance_note:
         parts.append(f'<p class="note">{esc(report.importance_note)}</p>')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tuner.outputs.report.tables import candidate_table, level_table, trial_table
+from tuner.outputs.report.tables import candidate_table, level_table, served_level_table, slo_table, trial_table
 
 if TYPE_CHECKING:
     from tuner.outputs.report.model import StudyReport
@@ -27,8 +27,28 @@ def render_markdown(report: StudyReport) -> str:
             f"torch {report.engine.get('torch', '?')}; report generated {report.generated}.",
             "",
         ]
+    if report.measurement:
+        out += ["**How it was measured**", ""] + [f"- {s}" for s in report.measurement] + [""]
     if report.levels:
         out += [_md_table(*level_table(report)), ""]
+    if report.served:
+        out += ["**Latency per concurrency level**", "", _md_table(*served_level_table(report)), ""]
+    if report.slo is not None:
+        base = report.slo.baseline_rate_rps
+        out += [
+            f"**SLO: highest request rate** ({report.slo.limits()}; objective {report.slo.objective}"
+            + (f"; no speculation: {base:g} requests/s" if base is not None else "")
+            + ")",
+            "",
+            _md_table(*slo_table(report)),
+            "",
+        ]
+    if report.mode == "serve":
+        out += [
+            "Latency against load (p50/p90/p99 per level above; plotted per level and per probed rate): "
+            "in report.html, and `latency_vs_load.png` on the study's MLflow run.",
+            "",
+        ]
     if report.why:
         out += ["**Why**", ""] + [f"- {s}" for s in report.why] + [""]
     if report.confirmation:

@@ -68,6 +68,52 @@ class LevelRow:
 
 
 @dataclass
+class ServedLevelRow:
+    """Serve mode: one configuration at one ``--max-concurrency`` level, as ``vllm bench serve`` measured it."""
+
+    level: int
+    role: str  # "chosen", "baseline", "best speculative"
+    row: TrialRow
+    latency_ms: dict[str, float]  # "ttft_p90", ...: the median over the level's windows
+    request_throughput: float | None
+    tokens_per_s: float
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    slo_held: bool | None  # None: no SLO set
+
+
+@dataclass
+class SloTrialRow:
+    """One completed trial's search for the highest request rate that keeps the SLO."""
+
+    row: TrialRow
+    max_rate_rps: float
+    rate_speedup: float | None  # over the best baseline's highest rate
+    probes: list[tuple[float, bool]]  # (requests/s, held), in the order probed
+    truncated: bool
+    elapsed_s: float
+
+
+@dataclass
+class SloSummary:
+    percentile: int
+    ttft_ms: float | None
+    tpot_ms: float | None
+    objective: str  # "throughput" or "goodput"
+    baseline_rate_rps: float | None
+    trials: list[SloTrialRow]
+
+    def limits(self) -> str:
+        """``p90 TTFT ≤ 200 ms and p90 TPOT ≤ 50 ms``."""
+        parts = [
+            f"p{self.percentile} {name} ≤ {limit:g} ms"
+            for name, limit in (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms))
+            if limit is not None
+        ]
+        return " and ".join(parts)
+
+
+@dataclass
 class CandidateSummary:
     name: str
     method: str
@@ -101,7 +147,40 @@ class StudyReport:
     settings: dict[str, str]
     engine: dict[str, Any]
     confirmation: list[str] = field(default_factory=list)  # finalists re-measured in fresh engines (tuner.trial.confirm)
+    mode: str = "offline"  # "serve": levels are --max-concurrency of a served load
+    measurement: list[str] = field(default_factory=list)  # how it was measured: mode, sampling, SLO
+    served: list[ServedLevelRow] = field(default_factory=list)  # serve mode: latency per level of the finalists
+    slo: SloSummary | None = None
 
+    def level_name(self, level: int) -> str:
+        return level_name(self.mode, level)
+
+    @property
+    def level_noun(self) -> str:
+        return level_noun(self.mode)
+
+    @property
+    def finalists(self) -> list[tuple[str, TrialRow]]:
+        """The chosen configuration, the best baseline, and the best speculative one if neither, once each."""
+        out: list[tuple[str, TrialRow]] = []
+        for role, row in (("chosen", self.chosen), ("baseline", self.baseline), ("best speculative", self.featured)):
+            if row is not None and row.metrics is not None and all(r.number != row.number for _, r in out):
+                out.append((role, row))
+        return out
+
+
+def level_noun(mode: str) -> str:
+    return "concurrency" if mode == "serve" else "batch size"
+
+
+def level_name(mode: str, level: int) -> str:
+    """How the report names a level: ``concurrency 4`` (served load) or ``batch 4`` (offline)."""
+    return f"concurrency {level}" if mode == "serve" else f"batch {level}"
+
+
+def rows_mode(rows: Sequence[TrialRow]) -> str:
+    """The workload mode the trials were measured in, from their own records."""
+    return next((r.metrics.mode for r in rows if r.metrics is not None), "offline")
 
 
 def collect_rows(study: optuna.Study) -> list[TrialRow]:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tuner.outputs.report.served import sampling
 from tuner.results.stats import median
 
 if TYPE_CHECKING:
@@ -41,6 +42,12 @@ def verdict(c: CandidateSummary, own: Sequence[TrialRow]) -> str:
         text = f"slower ({best.speedup:.2f}× at best): drafts are rarely accepted ({accepted}), verifying them is wasted work"
     else:
         text = f"slower ({best.speedup:.2f}× at best): {accepted}, but drafting and verifying cost more than they save"
+    slo = best.metrics.slo
+    if slo is not None:
+        ratio = best.metrics.slo_rate_speedup
+        text += f"; SLO kept up to {slo.max_rate_rps:g} requests/s" + (
+            f" ({ratio:.2f}× no speculation's rate)" if ratio is not None else ""
+        )
     failed = [r for r in own if r.state == "FAIL"]
     if failed:
         ks = ", ".join(
@@ -67,6 +74,8 @@ def headline(r: StudyReport) -> str:
             f"No speculative configuration completed yet; without speculation the target runs at "
             f"{base.metrics.tokens_per_s:.1f} output tokens/s ({base.label}, trial {base.number})."
         )
+    if r.slo is not None and r.slo.objective == "goodput":
+        return _goodput_headline(r)
     if r.paid and r.chosen.speedup is not None:
         return (
             f"Use {r.chosen.label} (trial {r.chosen.number}): {r.chosen.speedup:.2f}× the throughput of no speculation "
@@ -78,6 +87,32 @@ def headline(r: StudyReport) -> str:
     return (
         f"Serve without speculation: no speculative configuration beat the baseline "
         f"({base.metrics.tokens_per_s:.1f} output tokens/s, {base.label}).{tail}"
+    )
+
+
+def _goodput_headline(r: StudyReport) -> str:
+    """The goodput objective decides by the highest request rate that keeps the SLO."""
+    assert r.chosen is not None and r.baseline is not None and r.slo is not None
+    chosen, base = r.chosen.metrics, r.baseline.metrics
+    assert chosen is not None and base is not None
+    base_rate = f"{base.slo.max_rate_rps:g} requests/s" if base.slo is not None else "no measured rate"
+    if r.paid and chosen.slo is not None:
+        ratio = f", {chosen.slo_rate_speedup:.2f}× the" if chosen.slo_rate_speedup is not None else " against the"
+        tput = f"; output throughput {r.chosen.speedup:.2f}×" if r.chosen.speedup is not None else ""
+        return (
+            f"Use {r.chosen.label} (trial {r.chosen.number}): it keeps the SLO ({r.slo.limits()}) up to "
+            f"{chosen.slo.max_rate_rps:g} requests/s{ratio} {base_rate} of no speculation{tput}."
+        )
+    tail = ""
+    feat = r.featured.metrics if r.featured is not None else None
+    if r.featured is not None and feat is not None and feat.slo is not None:
+        tail = (
+            f" The best speculative configuration, {r.featured.label} (trial {r.featured.number}), kept it up to "
+            f"{feat.slo.max_rate_rps:g} requests/s."
+        )
+    return (
+        f"Serve without speculation: no speculative configuration kept the SLO ({r.slo.limits()}) at a higher "
+        f"request rate than the baseline ({base_rate}, {r.baseline.label}).{tail}"
     )
 
 
@@ -124,6 +159,7 @@ def _featured_sentences(r: StudyReport, feat: TrialRow, config: StudyConfig | No
         why.append(f"{feat.spec.candidate} at other num_speculative_tokens (best trial each): {', '.join(parts)}.")
     if len(r.levels) >= 2 and all(lv.speedup is not None for lv in r.levels):
         why.append(_batch_sentence(r, config))
+    why += _slo_sentences(r, feat)
     lossless = [lv.lossless for lv in r.levels if lv.lossless is not None]
     if lossless and min(lossless) == 1.0:
         why.append(f"At temperature 0 {feat.label} produced exactly the baseline's tokens on every prompt.")
@@ -136,21 +172,44 @@ def _featured_sentences(r: StudyReport, feat: TrialRow, config: StudyConfig | No
 
 
 def _batch_sentence(r: StudyReport, config: StudyConfig | None) -> str:
-    parts = [f"batch {lv.batch_size}: {lv.speedup:.2f}×" for lv in r.levels]
-    sentence = f"Speedup by batch size: {', '.join(parts)}"
+    parts = [f"{r.level_name(lv.batch_size)}: {lv.speedup:.2f}×" for lv in r.levels]
+    sentence = f"Speedup by {r.level_noun}: {', '.join(parts)}"
     ups = [lv.speedup for lv in r.levels if lv.speedup is not None]
+    small, large = ("low concurrency", "high concurrency") if r.mode == "serve" else ("small batches", "large batches")
     if max(ups) > 1.0 > min(ups):
         sentence += (
-            "; speculation pays where the target is memory-bound (small batches) and costs throughput where "
-            "it is already compute-bound (large batches)"
+            f"; speculation pays where the target is memory-bound ({small}) and costs throughput where "
+            f"it is already compute-bound ({large})"
         )
     weights = ""
     if config is not None and config.workload.batch_weights:
         ws = ", ".join(
             f"{b}: {w:.2f}" for b, w in zip(config.workload.batch_sizes, config.workload.weights(), strict=True)
         )
-        weights = f" The score weights the batch sizes as {ws}."
+        noun = "concurrency levels" if r.mode == "serve" else "batch sizes"
+        weights = f" The score weights the {noun} as {ws}."
     return sentence + "." + weights
+
+
+def _slo_sentences(r: StudyReport, feat: TrialRow) -> list[str]:
+    """Serve mode with an SLO: the featured trial's rate against the baseline's, and truncated searches."""
+    if r.slo is None:
+        return []
+    why = []
+    m = feat.metrics
+    if m is not None and m.slo is not None and r.slo.baseline_rate_rps is not None:
+        ratio = f" ({m.slo_rate_speedup:.2f}×)" if m.slo_rate_speedup is not None else ""
+        why.append(
+            f"Under the SLO ({r.slo.limits()}), {feat.label} kept up to {m.slo.max_rate_rps:g} requests/s against "
+            f"{r.slo.baseline_rate_rps:g} requests/s without speculation{ratio}."
+        )
+    cut = [t.row.number for t in r.slo.trials if t.truncated]
+    if cut:
+        why.append(
+            f"The rate search of trial(s) {', '.join(map(str, cut))} reached rate_search.time_limit_s: their rate "
+            "is the highest that held before the limit, a lower bound."
+        )
+    return why
 
 
 def _outcome_sentences(rows: Sequence[TrialRow]) -> list[str]:
@@ -218,20 +277,31 @@ def settings(config: StudyConfig | None) -> dict[str, str]:
     if config is None:
         return {}
     w = config.workload
+    serve = w.mode == "serve"
     weights = ", ".join(f"{b}: {x:.2f}" for b, x in zip(w.batch_sizes, w.weights(), strict=True))
+    levels = "concurrency levels" if serve else "batch sizes"
+    level = "concurrency level" if serve else "batch size"
+    score = (
+        f"weighted mean over {levels} of (median − {config.scoring.mad_penalty} × MAD of output tokens/s) "
+        f"÷ the best no-speculation median at that {level}"
+    )
+    if serve and w.serve.objective == "goodput":
+        score = "highest request rate keeping the SLO ÷ the best no-speculation rate; ties broken by the " + score
     return {
         "target model": config.target.model,
         "dtype": config.target.dtype,
         "candidates": ", ".join(f"{c.name} ({c.method})" for c in config.candidates),
         "enforce_eager": ", ".join(str(x).lower() for x in config.search.enforce_eager),
         "prompts": str(w.prompts.name),
-        "max_tokens / temperature": f"{w.max_tokens} / {w.temperature}",
-        "batch sizes (score weights)": weights,
-        "repeats per batch size": str(w.repeats),
-        "score": (
-            f"weighted mean over batch sizes of (median − {config.scoring.mad_penalty} × MAD of output tokens/s) "
-            "÷ the best no-speculation median at that batch size"
+        "measured as": (
+            "served load: vllm serve + vllm bench serve (levels are --max-concurrency)"
+            if serve
+            else "offline batches: vllm.LLM.generate (levels are batch sizes)"
         ),
+        "sampling": sampling(w),
+        f"{levels} (score weights)": weights,
+        f"repeats per {level}": str(w.repeats),
+        "score": score,
         "sampler": f"{config.search.sampler} (seed {config.search.seed})",
         "budget": f"{config.budget.trials} trials, {config.budget.trial_timeout_s:.0f} s each at most",
     }

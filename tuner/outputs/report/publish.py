@@ -1,4 +1,5 @@
-"""The report in MLflow: report.html, report.md and best_config.yaml on the study's parent run, and tags."""
+"""The report in MLflow: report.html, report.md, best_config.yaml (and in serve mode latency_vs_load.png)
+on the study's parent run, and tags."""
 
 from __future__ import annotations
 
@@ -25,14 +26,20 @@ BEST_TAG = "best"
 def log_study_artifacts(
     tracker: Tracker, parent_run: str, study: optuna.Study, config: StudyConfig | None = None
 ) -> None:
-    """At the end of ``optimize``: report.html, report.md and best_config.yaml on the parent run, and the
-    ``best`` tag on the chosen trial's run (``tags.best = 'true'`` in the MLflow UI). Never raises."""
+    """At the end of ``optimize``: report.html, report.md, best_config.yaml (serve mode: also the latency plot)
+    on the parent run, and the ``best`` tag on the chosen trial's run (``tags.best = 'true'`` in the MLflow UI).
+    Never raises."""
     try:
         report = build_report(study, config, "")
         tracker.log_text(parent_run, render_html(report), REPORT_ARTIFACT)
         tracker.log_text(parent_run, render_markdown(report), MARKDOWN_ARTIFACT)
         if report.best_config:
             tracker.log_text(parent_run, report.best_config, CONFIG_ARTIFACT)
+        if report.mode == "serve":
+            from tuner.outputs import plots
+
+            fig = plots.latency_vs_load(report.finalists, report.slo)
+            tracker.client.log_figure(parent_run, fig, plots.LATENCY_ARTIFACT)
         _tag_best(tracker, study.study_name, report.chosen)
         if report.chosen is not None and report.chosen.speedup is not None:
             tracker.set_tags(parent_run, {"best_config": report.chosen.label, "verdict": report.headline})

@@ -27,9 +27,12 @@ def _ms(value: float | None) -> str:
 
 def trial_table(rows: Sequence[TrialRow]) -> tuple[list[str], list[list[str]]]:
     """The all-trials table as header and string cells (shared by HTML, Markdown and the notebook)."""
+    from tuner.outputs.report.model import rows_mode
+
     batch_sizes = sorted({lv.batch_size for r in rows if r.metrics for lv in r.metrics.levels})
     header = ["trial", "state", "configuration", "tokens/s", "speedup"]
-    header += [f"tokens/s bs{b}" for b in batch_sizes]
+    serve = rows_mode(rows) == "serve"
+    header += [f"tokens/s concurrency {b}" if serve else f"tokens/s bs{b}" for b in batch_sizes]
     header += ["acceptance", "mean acc. length", "engine start", "notes"]
     body = []
     for r in rows:
@@ -106,19 +109,71 @@ def compare_frame(reports: dict[str, StudyReport]) -> Any:
 
 def level_table(r: StudyReport) -> tuple[list[str], list[list[str]]]:
     who = r.featured.label if r.featured else "best"
-    header = ["batch size", f"{who} tokens/s", "no speculation tokens/s", "speedup", "TTFT", "TPOT", "same tokens"]
-    body = [
-        [
+    # served windows have no token ids to compare; TTFT and TPOT are then the windows' p50
+    same = r.mode != "serve" or any(lv.lossless is not None for lv in r.levels)
+    latency = ["TTFT p50", "TPOT p50"] if r.mode == "serve" else ["TTFT", "TPOT"]
+    header = [r.level_noun, f"{who} tokens/s", "no speculation tokens/s", "speedup", *latency]
+    header += ["same tokens"] if same else []
+    body = []
+    for lv in r.levels:
+        cells = [
             str(lv.batch_size),
             _f(lv.tokens_per_s),
             _f(lv.baseline_tokens_per_s),
             _x(lv.speedup),
             f"{_ms(lv.ttft_s)} (baseline {_ms(lv.baseline_ttft_s)})",
             f"{_ms(lv.tpot_s)} (baseline {_ms(lv.baseline_tpot_s)})",
-            _pct(lv.lossless) if lv.lossless is not None else "–",
         ]
-        for lv in r.levels
-    ]
+        body.append(cells + ([_pct(lv.lossless) if lv.lossless is not None else "–"] if same else []))
+    return header, body
+
+
+_LATENCY_COLUMNS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
+
+
+def _yes(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
+def served_level_table(r: StudyReport) -> tuple[list[str], list[list[str]]]:
+    """Serve mode: each finalist's latencies (p50 / p90 / p99, ms), throughput and acceptance per level."""
+    header = ["level", "configuration"]
+    header += [f"{name} p50 / p90 / p99 (ms)" for _, name in _LATENCY_COLUMNS]
+    header += ["requests/s", "output tokens/s", "acceptance", "mean acc. length", "SLO held"]
+    body = []
+    for s in r.served:
+        cells = [r.level_name(s.level), f"{s.role}: {s.row.label} (trial {s.row.number})"]
+        for key, _ in _LATENCY_COLUMNS:
+            cells.append(" / ".join(_f(s.latency_ms.get(f"{key}_p{p}")) for p in (50, 90, 99)))
+        cells += [
+            _f(s.request_throughput, ".2f"),
+            _f(s.tokens_per_s),
+            _pct(s.acceptance_rate),
+            _f(s.mean_acceptance_length, ".2f"),
+            _yes(s.slo_held),
+        ]
+        body.append(cells)
+    return header, body
+
+
+def slo_table(r: StudyReport) -> tuple[list[str], list[list[str]]]:
+    """Each completed trial's highest request rate keeping the SLO, and how the search got there."""
+    header = ["trial", "configuration", "highest rate keeping the SLO", "over no speculation"]
+    header += ["rates probed (✓ held, ✗ missed)", "search time", "truncated"]
+    body = []
+    for t in r.slo.trials if r.slo is not None else []:
+        probes = ", ".join(f"{rate:g} {'✓' if held else '✗'}" for rate, held in t.probes)
+        body.append(
+            [
+                str(t.row.number),
+                t.row.label,
+                f"{t.max_rate_rps:g} requests/s",
+                _x(t.rate_speedup),
+                probes or "–",
+                _f(t.elapsed_s, ".1f", " s"),
+                "yes (rate_search.time_limit_s)" if t.truncated else "no",
+            ]
+        )
     return header, body
 
 
