@@ -22,7 +22,7 @@ from tests import fake_engine
 from tests.test_report import FakeStudy, make_study
 from tuner.cli import main
 from tuner.engine.request import EngineResult, ProgressEvent, TrialRequest
-from tuner.outputs import plots
+from tuner.outputs import latency_plots, plots
 from tuner.outputs.report import build_report, render_html, render_markdown
 from tuner.outputs.report.model import SloSummary, SloTrialRow, StudyReport, TrialRow
 from tuner.outputs.report.served import served_levels
@@ -187,7 +187,7 @@ def test_serve_report_model_and_mlflow(served: FakeStudy) -> None:
     rates = {t.row.number: (t.max_rate_rps, t.truncated) for t in report.slo.trials}
     assert rates[0] == (5.0, False) and rates[1] == (8.0, False)
     assert any("), ngram k=4 lookup 2-3 eager kept up to 8 requests/s against 5 requests/s without speculation (1.60×)" in s for s in report.why)
-    fig = plots.latency_vs_load(report.finalists, report.slo)
+    fig = latency_plots.latency_vs_load(report.finalists, report.slo)
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == [
         "p90 TTFT against concurrency",
@@ -201,8 +201,8 @@ def test_serve_report_model_and_mlflow(served: FakeStudy) -> None:
 
     client = MlflowClient(served.tracking_uri)
     parent = study.user_attrs[store.PARENT_RUN]
-    assert plots.LATENCY_ARTIFACT in {a.path for a in client.list_artifacts(parent)}
-    png = Path(client.download_artifacts(parent, plots.LATENCY_ARTIFACT)).read_bytes()
+    assert latency_plots.LATENCY_ARTIFACT in {a.path for a in client.list_artifacts(parent)}
+    png = Path(client.download_artifacts(parent, latency_plots.LATENCY_ARTIFACT)).read_bytes()
     assert png.startswith(b"\x89PNG")
 
 
@@ -237,6 +237,6 @@ def test_serve_report_without_an_slo(served: FakeStudy) -> None:
     assert "**Latency per concurrency level**" in md and "SLO: highest request rate" not in md
     assert re.search(r"\| concurrency 4 \| baseline: .*\| – \|$", md, re.M)
     assert 'id="slo"' not in html and 'id="plot-latency"' in html
-    fig = plots.latency_vs_load(report.finalists, None)
+    fig = latency_plots.latency_vs_load(report.finalists, None)
     assert [ax.get_title() for ax in fig.axes] == ["p90 TTFT against concurrency", "p90 TPOT against concurrency"]
     assert not [line for ax in fig.axes for line in ax.get_lines() if line.get_label().startswith("SLO")]

@@ -83,8 +83,9 @@ class BenchClient:
             "--disable-tqdm",
             "--save-detailed",  # keeps each request's error in the returned result
         ]  # fmt: skip
-        if self.top_p is not None:
-            argv += ["--top-p", str(self.top_p)]
+        # Sent even when the study leaves it unset: 1.0, what offline trials use, and not whatever
+        # the model's generation_config.json would make the server's default.
+        argv += ["--top-p", str(1.0 if self.top_p is None else self.top_p)]
         if concurrency is not None:
             argv += ["--max-concurrency", str(concurrency)]
         if self.slo is not None:

@@ -157,9 +157,16 @@ class Confirmation(BaseModel):
             done = len(self.engines)
             return [f"confirmation in fresh engines incomplete ({done} of {len(self.plan())} engines measured)"]
         d = self.decide()
+        from tuner.results.scoring import SLO_RATE_LEVEL
+
+        value = (
+            "highest request rate keeping the SLO over the baseline engines'"
+            if list(self.weights) == [SLO_RATE_LEVEL]
+            else "weighted speedup over the baseline's confirmation engines"
+        )
         lines = [
-            f"confirmed in {self.rounds} fresh engine(s) per finalist, interleaved, {self.repeats} repeat(s) per batch "
-            f"size; value = weighted speedup over the baseline's confirmation engines; rule: {RULE}"
+            f"confirmed in {self.rounds} fresh engine(s) per finalist, interleaved, {self.repeats} repeat(s) per "
+            f"level; value = {value}; rule: {RULE}"
         ]
         if d.baseline is not None:
             b = d.baseline

@@ -54,7 +54,7 @@ class Verdict:
     def reason(self, percentile_q: float) -> str:
         return (
             f"throughput {self.value:.1f} tok/s below the {percentile_q:g}th percentile ({self.threshold:.1f}) "
-            f"of {self.compared} earlier trials at this batch size and repeat, and more than the study's noise "
+            f"of {self.compared} earlier trials at this level (batch size or concurrency) and repeat, and more than the study's noise "
             f"({self.noise:.0%}) under the best ({self.best:.1f})"
         )
 

@@ -75,7 +75,7 @@ def _captions(report: StudyReport) -> dict[str, str]:
 
 def figures(report: StudyReport) -> dict[str, Any]:
     """The report's plots, by name (matplotlib Figures); serve mode adds the finalists' latency against load."""
-    from tuner.outputs import plots
+    from tuner.outputs import latency_plots, plots
 
     out = {
         "history": plots.history(report.rows),
@@ -85,7 +85,7 @@ def figures(report: StudyReport) -> dict[str, Any]:
         "engine_start": plots.engine_start_vs_eager(report.rows),
     }
     if report.mode == "serve":
-        out["latency"] = plots.latency_vs_load(report.finalists, report.slo)
+        out["latency"] = latency_plots.latency_vs_load(report.finalists, report.slo)
     return out
 
 

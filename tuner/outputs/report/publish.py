@@ -36,10 +36,10 @@ def log_study_artifacts(
         if report.best_config:
             tracker.log_text(parent_run, report.best_config, CONFIG_ARTIFACT)
         if report.mode == "serve":
-            from tuner.outputs import plots
+            from tuner.outputs import latency_plots
 
-            fig = plots.latency_vs_load(report.finalists, report.slo)
-            tracker.client.log_figure(parent_run, fig, plots.LATENCY_ARTIFACT)
+            fig = latency_plots.latency_vs_load(report.finalists, report.slo)
+            tracker.client.log_figure(parent_run, fig, latency_plots.LATENCY_ARTIFACT)
         _tag_best(tracker, study.study_name, report.chosen)
         if report.chosen is not None and report.chosen.speedup is not None:
             tracker.set_tags(parent_run, {"best_config": report.chosen.label, "verdict": report.headline})
