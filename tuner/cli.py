@@ -131,6 +131,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from tuner.trial.confirm import confirm_study
 
     confirm_study(runner)  # finalists in fresh engines, before anything declares a winner
+    from tuner.trial.schedule_check import validate_schedule
+
+    validate_schedule(runner)  # a k per batch size, validated in a fresh engine (schedule.enabled)
     if runner.study is not None and runner.tracker is not None:
         from tuner.outputs.report import log_study_artifacts
 

@@ -14,6 +14,8 @@ from tuner.results.scoring import TrialMetrics
 from tuner.trial import confirm
 
 __all__ = ["choose", "export_best", "render_export", "serve_config"]  # choose: report.py imports it from here
+# vllm serve listens on every interface unless told otherwise.
+USE_LINE = "# use: vllm serve --config THIS_FILE --host 127.0.0.1 (elsewhere: also --api-key KEY)"
 
 if TYPE_CHECKING:
     import optuna
@@ -33,6 +35,12 @@ def _scored(study: optuna.Study, trial: FrozenTrial) -> TrialMetrics:
 
 
 def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = None) -> str:
+    from tuner.outputs.export_schedule import render_schedule_export, schedule_lines
+    from tuner.trial import schedule_check
+
+    run = schedule_check.current(study)
+    if run is not None and run.exported and target_kwargs is None:
+        return render_schedule_export(study, run)
     chosen, baseline, paid = choose(study)
     spec = store.trial_spec(chosen)
     metrics = _scored(study, chosen)
@@ -45,7 +53,7 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     ]
     label = spec.label() if spec else f"trial {chosen.number}"
     lines.append(f"# configuration: {label}")
-    lines += _measurement_lines(metrics)
+    lines += measurement_lines(metrics)
     if baseline is not None:
         lines += _baseline_lines(study, metrics, _metrics(baseline), baseline.number)
     conf = confirm.current(study)
@@ -62,9 +70,9 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
             f"# acceptance rate {metrics.spec.acceptance_rate:.1%}, "
             f"mean acceptance length {metrics.spec.mean_acceptance_length:.2f} (tokens per drafted verification step)"
         )
-    lines += _confirmation_lines(study)
-    # vllm serve listens on every interface unless told otherwise.
-    lines.append("# use: vllm serve --config THIS_FILE --host 127.0.0.1 (elsewhere: also --api-key KEY)")
+    lines += confirmation_lines(study)
+    lines += schedule_lines(study)
+    lines.append(USE_LINE)
     return "\n".join(lines) + "\n" + serve_yaml(kwargs)
 
 
@@ -72,7 +80,7 @@ def _level_name(metrics: TrialMetrics) -> str:
     return "concurrency" if metrics.mode == "serve" else "batch"
 
 
-def _measurement_lines(metrics: TrialMetrics) -> list[str]:
+def measurement_lines(metrics: TrialMetrics) -> list[str]:
     name = _level_name(metrics)
     sampling = metrics.sampling
     lines = []
@@ -127,7 +135,7 @@ def _baseline_lines(study: optuna.Study, metrics: TrialMetrics, base: TrialMetri
     return lines
 
 
-def _confirmation_lines(study: optuna.Study) -> list[str]:
+def confirmation_lines(study: optuna.Study) -> list[str]:
     conf = confirm.current(study)
     if conf is None:
         if not confirm._speculative_finalists(study, 1):

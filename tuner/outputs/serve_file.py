@@ -34,5 +34,17 @@ def serve_config(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class _Dumper(yaml.SafeDumper):
+    """Block style, except that a list of numbers stays on one line: ``- [1, 3, 3]`` for a schedule's range."""
+
+
+def _sequence(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    numbers = bool(data) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=numbers)
+
+
+_Dumper.add_representer(list, _sequence)
+
+
 def serve_yaml(llm_kwargs: dict[str, Any]) -> str:
-    return yaml.safe_dump(serve_config(llm_kwargs), sort_keys=False, default_flow_style=False)
+    return yaml.dump(serve_config(llm_kwargs), Dumper=_Dumper, sort_keys=False, default_flow_style=False)

@@ -269,6 +269,18 @@ class ConfirmConfig(StrictModel):
     )
 
 
+class ScheduleConfig(StrictModel):
+    """After confirmation: one k per measured batch size, exported only when a fresh engine validates it
+    (tuner.results.schedule states the rules)."""
+
+    enabled: bool = False
+    drafter: str | None = Field(
+        default=None,
+        description="Candidate whose k varies by batch size (default: the best speculative trial's). Naming one "
+        "forces the schedule: a setting under which vLLM rejects or ignores it is then an error, not a note.",
+    )
+
+
 class BudgetConfig(StrictModel):
     trials: int = Field(default=8, ge=1)
     trial_timeout_s: float = Field(default=900.0, gt=0)
@@ -289,6 +301,7 @@ class StudyConfig(StrictModel):
     scoring: ScoringConfig = ScoringConfig()
     pruning: PruningConfig = PruningConfig()
     confirm: ConfirmConfig = ConfirmConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
     budget: BudgetConfig = BudgetConfig()
     storage: str = "sqlite:///optuna.db"
     tracking: TrackingConfig = TrackingConfig()
@@ -304,6 +317,22 @@ class StudyConfig(StrictModel):
                 raise ValueError(
                     f"search.first_trials names candidate '{first.candidate}'; fix: use one of {', '.join(names)}"
                 )
+        return self._schedule_drafter(names)
+
+    def _schedule_drafter(self, names: list[str]) -> StudyConfig:
+        drafter = self.schedule.drafter
+        if drafter is None:
+            return self
+        if not self.schedule.enabled:
+            raise ValueError("schedule.drafter is set but schedule.enabled is false; fix: set enabled: true")
+        candidate = next((c for c in self.candidates if c.name == drafter), None)
+        if candidate is None:
+            raise ValueError(f"schedule.drafter names candidate '{drafter}'; fix: use one of {', '.join(names)}")
+        if not rules(candidate.method).batch_schedule:
+            raise ValueError(
+                f"schedule.drafter: method {candidate.method} takes no batch-size schedule; "
+                "fix: name a speculative candidate"
+            )
         return self
 
     @property

@@ -16,6 +16,8 @@ Method = Literal["none", "ngram", "draft_model", "eagle", "eagle3", "mtp", "suff
 K = "num_speculative_tokens"
 LOOKUP_MAX = "prompt_lookup_max"
 LOOKUP_MIN = "prompt_lookup_min"
+# vLLM's batch-size schedule of k (tuner.results.schedule): [[start, end, k], ...], inclusive ranges.
+SCHEDULE = "num_speculative_tokens_per_batch_size"
 # n-gram lookup window when the study file leaves it out (vLLM's own defaults differ between versions).
 LOOKUP_MAX_DEFAULT = 4
 LOOKUP_MIN_DEFAULT = 2
@@ -38,6 +40,9 @@ class MethodRules:
     draft_model: Literal["required", "forbidden", "optional"]
     speculates: bool = True  # takes num_speculative_tokens
     lookup: bool = False  # takes prompt_lookup_min/max (n-gram)
+    # vLLM passes the schedule's k to this method's proposer (vllm/v1/worker/gpu_model_runner.py,
+    # propose_draft_token_ids: ngram, suffix, and the eagle/draft-model branch that mtp takes too).
+    batch_schedule: bool = True
 
     @property
     def knobs(self) -> tuple[str, ...]:
@@ -50,7 +55,7 @@ class MethodRules:
 
 
 METHODS: dict[Method, MethodRules] = {
-    "none": MethodRules("none", draft_model="forbidden", speculates=False),
+    "none": MethodRules("none", draft_model="forbidden", speculates=False, batch_schedule=False),
     "ngram": MethodRules("ngram", draft_model="forbidden", lookup=True),
     "draft_model": MethodRules("draft_model", draft_model="required"),
     "eagle": MethodRules("eagle", draft_model="required"),

@@ -15,6 +15,14 @@ from tuner.trial.spec import local_path_missing, resolve_model, study_models, st
 
 # Study user attribute: {candidate: why pre-flight removed it}, so that the report can say so offline.
 REJECTED_ATTR = "preflight_rejected"
+# A model-free configuration with a schedule: whether the installed vLLM knows the key at all.
+SCHEDULE_PROBE: dict[str, Any] = {
+    "method": "ngram",
+    "num_speculative_tokens": 2,
+    "prompt_lookup_max": 2,
+    "prompt_lookup_min": 1,
+    methods.SCHEDULE: [[1, 1, 2], [2, 2, 0]],
+}
 
 
 @dataclass
@@ -22,6 +30,7 @@ class Preflight:
     target_path: str
     allowed: list[str]
     rejected: dict[str, str] = field(default_factory=dict)
+    schedule_skipped: str | None = None  # schedule.enabled, but no schedule will be derived: why
 
 
 def ensure_demo_models(config: StudyConfig) -> None:
@@ -53,6 +62,8 @@ def run_preflight(config: StudyConfig) -> Preflight:
             rejected[name] = reason
         else:
             allowed.append(name)
+    if config.schedule.enabled:  # one vLLM process answers every probe; the checks below read its verdicts
+        _validate([p for _, p in _candidate_probes(config, allowed)] + [SCHEDULE_PROBE])
     for name, reason in check_with_vllm(config, allowed).items():
         allowed.remove(name)
         rejected[name] = reason
@@ -62,7 +73,45 @@ def run_preflight(config: StudyConfig) -> Preflight:
             + "; ".join(f"{k}: {v}" for k, v in rejected.items())
             + "); fix: correct the draft models"
         )
-    return Preflight(target_path=target_path, allowed=allowed, rejected=rejected)
+    return Preflight(
+        target_path=target_path, allowed=allowed, rejected=rejected, schedule_skipped=check_schedule(config)
+    )
+
+
+def schedule_problem(config: StudyConfig) -> tuple[str, str] | None:
+    """Why vLLM would reject or ignore a batch-size schedule in this study, and the fix; None: nothing known."""
+    if len(config.workload.batch_sizes) < 2:
+        return "one batch size: a schedule needs two or more measured levels", "add a level to workload.batch_sizes"
+    dp = config.target.engine_args.get("data_parallel_size")
+    if isinstance(dp, int) and dp > 1:
+        # vllm/config/vllm.py, _maybe_disable_dynamic_sd_for_data_parallel: ranks could pick different k's.
+        return (
+            f"vLLM drops num_speculative_tokens_per_batch_size when data_parallel_size > 1 (here {dp})",
+            "set schedule.enabled: false, or data_parallel_size 1",
+        )
+    if not any(methods.rules(c.method).batch_schedule for c in config.speculative_candidates()):
+        return "no candidate's method takes a batch-size schedule", "set schedule.enabled: false"
+    errors = _validate([SCHEDULE_PROBE])
+    if errors and errors[0]:
+        return (
+            f"the installed vLLM rejects num_speculative_tokens_per_batch_size ({errors[0]})",
+            "use vLLM 0.25 or later, or set schedule.enabled: false",
+        )
+    return None
+
+
+def check_schedule(config: StudyConfig) -> str | None:
+    """None when a schedule can be tried; else the one-line note why not, or (a named drafter forces the
+    schedule) a UserError."""
+    if not config.schedule.enabled:
+        return None
+    problem = schedule_problem(config)
+    if problem is None:
+        return None
+    text, fix = problem
+    if config.schedule.drafter:
+        raise UserError(f"schedule: {text}; fix: {fix}")
+    return text
 
 
 def check_draft_pair(target: str, draft: str, trust_remote_code: bool) -> str | None:
@@ -77,6 +126,18 @@ def check_draft_pair(target: str, draft: str, trust_remote_code: bool) -> str | 
 
 def check_with_vllm(config: StudyConfig, names: list[str]) -> dict[str, str]:
     """The corners of each model-free candidate's ranges, built as vLLM ``SpeculativeConfig``s."""
+    probes = _candidate_probes(config, names)
+    errors = _validate([p for _, p in probes])
+    if errors is None:
+        return {}
+    rejected: dict[str, str] = {}
+    for (name, probe), error in zip(probes, errors, strict=True):
+        if error and name not in rejected:
+            rejected[name] = f"vLLM rejects {probe}: {error}"
+    return rejected
+
+
+def _candidate_probes(config: StudyConfig, names: list[str]) -> list[tuple[str, dict[str, Any]]]:
     probes: list[tuple[str, dict[str, Any]]] = []
     for name in names:
         candidate = find_candidate(config, name)
@@ -96,14 +157,7 @@ def check_with_vllm(config: StudyConfig, names: list[str]) -> dict[str, str]:
             )
             if probe is not None:
                 probes.append((name, probe))
-    errors = _validate([p for _, p in probes])
-    if errors is None:
-        return {}
-    rejected: dict[str, str] = {}
-    for (name, probe), error in zip(probes, errors, strict=True):
-        if error and name not in rejected:
-            rejected[name] = f"vLLM rejects {probe}: {error}"
-    return rejected
+    return probes
 
 
 # vLLM's verdict on each probe, kept for this process's life (vLLM does not change under it): a

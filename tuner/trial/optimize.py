@@ -84,6 +84,8 @@ class StudyRunner:
         preflight = run_preflight(self.config)
         for name, reason in preflight.rejected.items():
             print(f"warning: candidate '{name}' removed from the search space: {reason}", file=sys.stderr)
+        if preflight.schedule_skipped:
+            print(f"note: no batch-size schedule: {preflight.schedule_skipped}", file=sys.stderr)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.storage = storage = store.open_storage(self.storage_url)
         self.hardware = describe_hardware()
@@ -143,7 +145,9 @@ class StudyRunner:
             directions=["maximize"] * (len(cfg.workload.batch_sizes) if self.multi_objective else 1),
             load_if_exists=True,
         )
-        settings = cfg.model_dump(mode="json", exclude={"budget", "confirm", "tracking", "storage", "description"})
+        settings = cfg.model_dump(
+            mode="json", exclude={"budget", "confirm", "schedule", "tracking", "storage", "description"}
+        )
         legacy = store.fingerprint(settings)  # studies made before scores were per-level speedups
         # The prompts' content, not their path: workers on other hosts have other checkout paths.
         settings["workload"]["prompts"] = hashlib.sha256(cfg.workload.prompts.read_bytes()).hexdigest()
@@ -297,6 +301,7 @@ def _study_params(config: StudyConfig) -> dict[str, Any]:
         "repeats": w.repeats,
         "sampler": config.search.sampler,
         "pruning": config.pruning.enabled,
+        "schedule": config.schedule.enabled,
     }
 
 

@@ -1,0 +1,119 @@
+"""The schedule step of ``optimize`` end to end with a stand-in engine (tests.fake_schedule): derive,
+validate in a fresh engine, store, export, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT, study_dict, write_study
+from tests.test_schedule import parse_with_vllm
+from tuner.cli import main
+from tuner.trial import schedule_check
+
+# Baseline 1.0 everywhere; n-gram k=3 pays at batch 1 and loses at batch 4, k=1 in between.
+GAINS = {"3@1": 1.4, "1@1": 1.2, "3@4": 0.85, "1@4": 0.95, "0@4": 1.0}
+
+
+@pytest.fixture()
+def fake_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_TUNER_ENGINE_MODULE", "tests.fake_schedule")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+def _study(tmp_path: Path, gains: dict[str, float]) -> dict[str, Any]:
+    data = study_dict(tmp_path, name="sched", budget={"trials": 3, "trial_timeout_s": 60})
+    data["workload"]["batch_sizes"] = [1, 4]
+    data["pruning"] = {"enabled": False}
+    data["schedule"] = {"enabled": True}
+    lookup = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    data["search"]["first_trials"] = [
+        {"candidate": "ngram", "num_speculative_tokens": 3, **lookup},
+        {"candidate": "ngram", "num_speculative_tokens": 1, **lookup},
+    ]
+    data["target"]["engine_args"].update(
+        {"fake_gain": gains, "fake_launch_file": str(tmp_path / "launches"), "fake_engine_factors": [1.0]}
+    )
+    return data
+
+
+def _run(tmp_path: Path, data: dict[str, Any]) -> int:
+    path = write_study(tmp_path, data)
+    args = ["optimize", "--study", str(path), "--no-progress", "--workdir", str(tmp_path / "runs")]
+    return main([*args, "--export", str(tmp_path / "best.yaml")])
+
+
+def _stored(data: dict[str, Any]) -> schedule_check.ScheduleRun:
+    run = schedule_check.current(optuna.load_study(study_name=data["name"], storage=data["storage"]))
+    assert run is not None
+    return run
+
+
+def test_a_validated_schedule_is_exported_and_read_back_by_vllm(tmp_path: Path, fake_schedule: None) -> None:
+    data = _study(tmp_path, GAINS)
+    assert _run(tmp_path, data) == 0
+    assert (tmp_path / "launches").read_text() == "4"  # three trials, one validation engine
+    run = _stored(data)
+    assert run.schedule is not None and run.schedule.vllm_value() == [[1, 3, 3], [4, 1024, 0]]
+    assert run.exported and run.verdict is not None and all(c.within for c in run.verdict.levels)
+    request = json.loads((tmp_path / "runs" / "sched" / schedule_check.WORKDIR / "request.json").read_text())
+    spec = request["llm_kwargs"]["speculative_config"]
+    assert spec["num_speculative_tokens"] == 3 and spec["num_speculative_tokens_per_batch_size"] == [
+        [1, 3, 3],
+        [4, 1024, 0],
+    ]
+    text = (tmp_path / "best.yaml").read_text()
+    assert "a batch-size schedule of k" in text and "  - [1, 3, 3]\n  - [4, 1024, 0]\n" in text
+    assert "#   batch 1: k=3 (trial 1: " in text and "#   batch 4: k=0 (no speculation) (trial 0: " in text
+    assert "the schedule is exported" in text
+    # The file as vLLM reads it (the stand-in engine's fake-* keys are not vLLM's: left out).
+    served = {k: v for k, v in yaml.safe_load(text).items() if not k.startswith("fake-")}
+    clean = tmp_path / "clean.yaml"
+    clean.write_text(yaml.safe_dump(served))
+    assert [list(r) for r in parse_with_vllm(clean).num_speculative_tokens_per_batch_size] == [[1, 3, 3], [4, 1024, 0]]
+
+    client = MlflowClient(data["tracking"]["uri"])
+    exp = client.get_experiment_by_name(data["name"])
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`specdec.role` = 'schedule_validation'")
+    assert len(runs) == 1 and runs[0].info.run_id == run.mlflow_run_id
+    assert runs[0].data.tags["schedule.verdict"] == "exported" and "tokens_per_s_bs4" in runs[0].data.metrics
+
+    # Resumed: the stored validation engine is reused, not measured again.
+    assert _run(tmp_path, data) == 0
+    assert (tmp_path / "launches").read_text() == "4"
+    assert _stored(data).mlflow_run_id == run.mlflow_run_id
+
+    # Switched off: the static choice is served again.
+    data["schedule"] = {"enabled": False}
+    assert _run(tmp_path, data) == 0
+    assert "num_speculative_tokens_per_batch_size" not in (tmp_path / "best.yaml").read_text()
+    assert schedule_check.load(optuna.load_study(study_name=data["name"], storage=data["storage"])) is None
+
+
+def test_a_schedule_slower_than_a_static_configuration_is_not_exported(tmp_path: Path, fake_schedule: None) -> None:
+    data = _study(tmp_path, {**GAINS, "schedule": 0.9})  # the schedule's engine runs 10% slow
+    assert _run(tmp_path, data) == 0
+    run = _stored(data)
+    assert run.schedule is not None and run.verdict is not None and not run.exported
+    assert run.verdict.reason.startswith("at level 1 the schedule ran")
+    text = (tmp_path / "best.yaml").read_text()
+    assert "num_speculative_tokens_per_batch_size" not in text and "speculative-config" in text
+    assert (
+        "# batch-size schedule of ngram lookup 1-3 eager (1-3: k=3; 4-1024: k=0; k=0: no speculation) NOT exported: at level 1"
+        in text
+    )
+
+
+def test_a_constant_schedule_is_not_validated(tmp_path: Path, fake_schedule: None) -> None:
+    data = _study(tmp_path, {"3@1": 1.4, "1@1": 1.2, "3@4": 1.3, "1@4": 1.1})
+    assert _run(tmp_path, data) == 0
+    assert (tmp_path / "launches").read_text() == "3"  # no validation engine
+    run = _stored(data)
+    assert run.schedule is None and "constant: k=3" in run.derivation.note
+    assert "# no batch-size schedule: constant: k=3 at every level" in (tmp_path / "best.yaml").read_text()

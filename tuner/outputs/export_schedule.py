@@ -1,0 +1,99 @@
+"""Export lines of the batch-size schedule: the whole file when the schedule passed its validation,
+else the lines that say why the static configuration is served."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from tuner.outputs.export import USE_LINE, confirmation_lines, measurement_lines
+from tuner.outputs.serve_file import serve_yaml
+from tuner.results.schedule import RULE, VALIDATION_RULE, LevelCheck, LevelChoice
+from tuner.trial import confirm, schedule_check
+from tuner.trial.schedule_check import ScheduleRun
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def render_schedule_export(study: optuna.Study, run: ScheduleRun) -> str:
+    """The file for a validated schedule: the drafter's engine arguments with k by batch size."""
+    schedule, verdict, metrics = run.schedule, run.verdict, run.metrics
+    assert schedule is not None and verdict is not None and metrics is not None and run.llm_kwargs is not None
+    name = "concurrency" if metrics.mode == "serve" else "batch"
+    engine = run.engine
+    lines = [
+        f"# specdec-tuner: best configuration of study '{study.study_name}': a {name}-size schedule of k",
+        f"# validated {run.measured_on or '?'} on {engine.get('device', '?')}, vLLM {engine.get('vllm', '?')}, "
+        f"torch {engine.get('torch', '?')}; exported {dt.date.today().isoformat()}",
+        f"# configuration: {schedule.drafter}, num_speculative_tokens by {name} size: {schedule.text()} "
+        "(k=0: no speculation)",
+        f"# (num_speculative_tokens {schedule.max_k} is the largest k; vLLM picks each step's k by its {name} size)",
+    ]
+    lines += measurement_lines(metrics)
+    if metrics.speedup is not None:
+        lines.append(f"# speedup over no speculation in the validation engine: {metrics.speedup:.2f}x (weighted)")
+    lines += level_lines(run)
+    lines.append(f"# validation in a fresh engine: {verdict.reason}: the schedule is exported")
+    lines += _caveats(run)
+    if confirm.current(study) is not None:  # the static finalists' confirmation, for comparison
+        lines += confirmation_lines(study)
+    lines.append(USE_LINE)
+    return "\n".join(lines) + "\n" + serve_yaml(run.llm_kwargs)
+
+
+def level_lines(run: ScheduleRun) -> list[str]:
+    """Per level: the k chosen from the trials and its measured speedup, then the validation engine's figure."""
+    schedule = run.schedule
+    if schedule is None:
+        return []
+    name = "concurrency" if run.metrics is not None and run.metrics.mode == "serve" else "batch"
+    checks = {c.level: c for c in run.verdict.levels} if run.verdict is not None else {}
+    lines = [f"# per {name} size: the k chosen from the trials (its speedup there), then the validation engine"]
+    for choice in schedule.levels:
+        lines.append(f"#   {name} {choice.level}: {_choice_text(choice)}{_check_text(checks.get(choice.level))}")
+    lines.append(f"# rules: {RULE}; the last range runs to {schedule.cap}; {VALIDATION_RULE}")
+    return lines
+
+
+def _choice_text(choice: LevelChoice) -> str:
+    what = f"k={choice.k}" if choice.k else "k=0 (no speculation)"
+    speed = f", {choice.speedup:.2f}x" if choice.speedup is not None else ""
+    return f"{what} (trial {choice.trial}: {choice.tokens_per_s:.1f} tok/s{speed})"
+
+
+def _check_text(check: LevelCheck | None) -> str:
+    if check is None:
+        return ""
+    best = check.best_static
+    speed = f" = {check.speedup:.2f}x" if check.speedup is not None else ""
+    verdict = "within" if check.within else "NOT within"
+    return (
+        f"; validation {check.tokens_per_s:.1f} tok/s{speed} vs best static {best.tokens_per_s:.1f} "
+        f"({best.label}, trial {best.trial}): {verdict} noise ({check.noise:.0%})"
+    )
+
+
+def _caveats(run: ScheduleRun) -> list[str]:
+    """What vLLM does differently under a schedule; the validation engine measured it, the trials did not."""
+    kwargs = run.llm_kwargs or {}
+    spec = kwargs.get("speculative_config") or {}
+    lines = []
+    if kwargs.get("enforce_eager") is False:
+        lines.append("# note: with a schedule vLLM (V1) captures the target's CUDA graphs PIECEWISE, not FULL")
+    if spec.get("model") and run.schedule is not None and any(r.k == 0 for r in run.schedule.ranges):
+        lines.append("# note: at k=0 a draft model still runs its first pass each step (vLLM keeps its KV cache)")
+    return lines
+
+
+def schedule_lines(study: optuna.Study) -> list[str]:
+    """For the static export: what became of the schedule, when one was asked for."""
+    run = schedule_check.current(study)
+    if run is None:
+        if schedule_check.load(study) is None:
+            return []
+        return ["# the stored batch-size schedule read fewer trials than the study has: run `optimize` again"]
+    lines = [f"# {run.outcome()}"]
+    if run.schedule is not None and run.verdict is not None:
+        lines += level_lines(run)
+    return lines
