@@ -42,7 +42,7 @@ def test_a_study_scored_by_an_older_tuner_is_refused(tmp_path: Path) -> None:
     config = load_study(study)
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'old.db'}")
     old = optuna.create_study(study_name=config.name, storage=storage, direction="maximize")
-    settings = config.model_dump(mode="json", exclude={"budget", "confirm", "tracking", "storage", "description"})
+    settings = config.model_dump(mode="json", exclude=set(store.UNFINGERPRINTED))
     old.set_user_attr("fingerprint", store.fingerprint(settings))
     with pytest.raises(UserError, match=r"scored by an older tuner .* fix: give the study a new name"):
         _join(study, storage)

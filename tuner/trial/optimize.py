@@ -145,9 +145,7 @@ class StudyRunner:
             directions=["maximize"] * (len(cfg.workload.batch_sizes) if self.multi_objective else 1),
             load_if_exists=True,
         )
-        settings = cfg.model_dump(
-            mode="json", exclude={"budget", "confirm", "schedule", "tracking", "storage", "description"}
-        )
+        settings = cfg.model_dump(mode="json", exclude=set(store.UNFINGERPRINTED))
         legacy = store.fingerprint(settings)  # studies made before scores were per-level speedups
         # The prompts' content, not their path: workers on other hosts have other checkout paths.
         settings["workload"]["prompts"] = hashlib.sha256(cfg.workload.prompts.read_bytes()).hexdigest()
