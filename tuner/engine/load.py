@@ -37,7 +37,8 @@ def write_dataset(path: Path, prompts: list[str], n_requests: int) -> None:
 class BenchClient:
     def __init__(
         self,
-        base_url: str,
+        host: str,
+        port: int,
         api_key: str,
         model: str,
         workdir: Path,
@@ -47,7 +48,8 @@ class BenchClient:
         top_p: float | None,
         slo: SloConfig | None = None,
     ) -> None:
-        self.base_url = base_url
+        self.host = host
+        self.port = port
         self.api_key = api_key
         self.model = model
         self.workdir = workdir
@@ -61,11 +63,10 @@ class BenchClient:
     def argv(
         self, dataset: Path, n_requests: int, concurrency: int | None, rate: float | None, burstiness: float
     ) -> list[str]:
-        host, port = self.base_url.removeprefix("http://").rsplit(":", 1)
         argv = [
             "--backend", "openai",
-            "--host", host,
-            "--port", port,
+            "--host", self.host,
+            "--port", str(self.port),
             # Named explicitly: without it the client asks /v1/models without the key and gets 401.
             "--model", self.model,
             "--dataset-name", "custom",

@@ -64,6 +64,17 @@ class ServedWindow(BaseModel):
     def latency(self, metric: str, percentile: int) -> float | None:
         return self.latency_ms.get(f"{metric}_p{percentile}")
 
+    def keeps(self, percentile: int, ttft_ms: float | None, tpot_ms: float | None) -> bool:
+        """Whether this window's p``percentile`` TTFT and TPOT are within the limits (None: no limit);
+        a limited metric the window did not measure counts as missed."""
+        for metric, limit in (("ttft", ttft_ms), ("tpot", tpot_ms)):
+            if limit is None:
+                continue
+            value = self.latency(metric, percentile)
+            if value is None or value > limit:
+                return False
+        return True
+
 
 class RepeatMeasurement(BaseModel):
     batch_size: int
@@ -102,13 +113,7 @@ class SloSearch(BaseModel):
 
     def held_at(self, window: ServedWindow) -> bool:
         """Whether ``window``'s latencies keep every limit at this search's percentile."""
-        for metric, limit in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms)):
-            if limit is None:
-                continue
-            value = window.latency(metric, self.percentile)
-            if value is None or value > limit:
-                return False
-        return True
+        return window.keeps(self.percentile, self.ttft_ms, self.tpot_ms)
 
 
 class EngineResult(BaseModel):

@@ -17,7 +17,7 @@ from tuner.engine.load import BenchClient
 from tuner.engine.offline import device_info, render_prompts
 from tuner.engine.rate_search import search_rate
 from tuner.engine.request import RepeatMeasurement, SloProbe, SloSearch
-from tuner.engine.server import VllmServer
+from tuner.engine.server import HOST, VllmServer
 from tuner.engine.vllm_metrics import Snapshot, diff
 from tuner.study.config import ServeConfig
 
@@ -49,7 +49,8 @@ class ServeBackend:
         prompts = render_prompts(tokenizer, workload.prompts)
         self._n_prompts = len(prompts)
         self.client = BenchClient(
-            self.server.base_url,
+            HOST,
+            self.server.port,
             self.server.api_key,
             str(kwargs["model"]),
             self.workdir,

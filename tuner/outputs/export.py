@@ -10,7 +10,7 @@ from tuner.errors import UserError
 from tuner.outputs.serve_file import serve_config, serve_yaml
 from tuner.results import store
 from tuner.results.choice import choose
-from tuner.results.scoring import TrialMetrics
+from tuner.results.scoring import TrialMetrics, level_name
 from tuner.trial import confirm
 
 __all__ = ["choose", "export_best", "render_export", "serve_config"]  # choose: report.py imports it from here
@@ -76,12 +76,8 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     return "\n".join(lines) + "\n" + serve_yaml(kwargs)
 
 
-def _level_name(metrics: TrialMetrics) -> str:
-    return "concurrency" if metrics.mode == "serve" else "batch"
-
-
 def measurement_lines(metrics: TrialMetrics) -> list[str]:
-    name = _level_name(metrics)
+    name = level_name(metrics.mode)
     sampling = metrics.sampling
     lines = []
     if metrics.mode == "serve":
@@ -108,7 +104,7 @@ def measurement_lines(metrics: TrialMetrics) -> list[str]:
 
 
 def _baseline_lines(study: optuna.Study, metrics: TrialMetrics, base: TrialMetrics, number: int) -> list[str]:
-    name = _level_name(metrics)
+    name = level_name(metrics.mode)
     lines = [f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {number})"]
     if metrics.speedup is not None:
         what = " (the weighted mean of the per-level speedups)" if len(metrics.levels) > 1 else ""

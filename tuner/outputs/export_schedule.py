@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from tuner.outputs.export import USE_LINE, confirmation_lines, measurement_lines
 from tuner.outputs.serve_file import serve_yaml
 from tuner.results.schedule import RULE, VALIDATION_RULE, LevelCheck, LevelChoice
+from tuner.results.scoring import level_name
 from tuner.trial import confirm, schedule_check
 from tuner.trial.schedule_check import ScheduleRun
 
@@ -20,7 +21,7 @@ def render_schedule_export(study: optuna.Study, run: ScheduleRun) -> str:
     """The file for a validated schedule: the drafter's engine arguments with k by batch size."""
     schedule, verdict, metrics = run.schedule, run.verdict, run.metrics
     assert schedule is not None and verdict is not None and metrics is not None and run.llm_kwargs is not None
-    name = "concurrency" if metrics.mode == "serve" else "batch"
+    name = level_name(metrics.mode)
     engine = run.engine
     lines = [
         f"# specdec-tuner: best configuration of study '{study.study_name}': a {name}-size schedule of k",
@@ -47,7 +48,7 @@ def level_lines(run: ScheduleRun) -> list[str]:
     schedule = run.schedule
     if schedule is None:
         return []
-    name = "concurrency" if run.metrics is not None and run.metrics.mode == "serve" else "batch"
+    name = level_name(run.metrics.mode if run.metrics is not None else "offline")
     checks = {c.level: c for c in run.verdict.levels} if run.verdict is not None else {}
     lines = [f"# per {name} size: the k chosen from the trials (its speedup there), then the validation engine"]
     for choice in schedule.levels:

@@ -20,6 +20,11 @@ SLO_RATE_LEVEL = 0
 TIE_BREAK = 1e-4
 
 
+def level_name(mode: str) -> str:
+    """What a workload level is called: a batch size offline, a --max-concurrency level served."""
+    return "concurrency" if mode == "serve" else "batch"
+
+
 class LevelMetrics(BaseModel):
     batch_size: int
     tokens_per_s: float  # median over repeats
@@ -141,8 +146,7 @@ def level_metrics(
         spec = spec + r.spec
     held = None
     if slo is not None and windows:
-        limits = SloSearch(percentile=slo.percentile, ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms)
-        held = all(limits.held_at(w) for w in windows)
+        held = all(w.keeps(slo.percentile, slo.ttft_ms, slo.tpot_ms) for w in windows)
     return LevelMetrics(
         batch_size=batch_size,
         tokens_per_s=median(tps),

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.results import store
+from tuner.results.scoring import level_name
 from tuner.results.stats import percentile
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ class PruneHook:
         if self.view:
             rate = m.spec.acceptance_rate
             acc = f", {rate:.0%} accepted" if rate is not None else ""
-            level = "concurrency" if m.served is not None else "batch"
+            level = level_name(self.config.workload.mode)
             self.view.note(
                 f"trial {self.trial.number}: {level} {m.batch_size} repeat {m.repeat + 1}: "
                 f"{m.tokens_per_s:.1f} tok/s{acc}"
