@@ -19,6 +19,7 @@ from tuner.outputs.report.model import (
     config_from_study,
 )
 from tuner.outputs.report.prose import explain, headline, settings, verdict
+from tuner.outputs.report.schedule_section import schedule_section
 from tuner.outputs.report.served import measurement_lines, served_levels, slo_summary, workload_mode
 from tuner.redaction import mask_url
 from tuner.study.preflight import REJECTED_ATTR
@@ -85,6 +86,7 @@ def build_report(study: optuna.Study, config: StudyConfig | None = None, storage
     report.headline = headline(report)
     report.why = explain(report, config)
     report.confirmation = _confirmation(study)
+    report.schedule = schedule_section(study, config)
     return report
 
 

@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from tuner.outputs.report.importances import MIN_IMPORTANCE_CONFIGS
+from tuner.outputs.report.schedule_section import schedule_table
 from tuner.outputs.report.tables import candidate_table, level_table, served_level_table, slo_table, trial_table
 
 if TYPE_CHECKING:
@@ -43,6 +44,10 @@ _PLOT_CAPTIONS = {
     "positions are accepted often; positions that are rarely accepted only cost drafting time.",
     "importances": "How much of the score's variation each setting explains (fANOVA over the completed trials; "
     f"shown once at least {MIN_IMPORTANCE_CONFIGS} distinct configurations completed).",
+    "schedule": "Speedup over no speculation per batch size, a panel per drafter (method, draft model, "
+    "enforce_eager) and a line per k (its best trial). The dashed line is no speculation. On the schedule's drafter: "
+    "the chosen k per level (black rings at the speedup of the trial that chose it) and, once validated, the "
+    "validation engine's speedup per level (red stars).",
     "engine_start": "Engine start time per trial: compiled mode (enforce_eager=false) starts slower but may run faster.",
 }
 
@@ -86,6 +91,10 @@ def figures(report: StudyReport) -> dict[str, Any]:
     }
     if report.mode == "serve":
         out["latency"] = latency_plots.latency_vs_load(report.finalists, report.slo)
+    if report.schedule is not None:
+        from tuner.outputs import schedule_plot
+
+        out["schedule"] = schedule_plot.speedup_vs_level(report.rows, report.schedule.run, report.mode)
     return out
 
 
@@ -93,6 +102,7 @@ def render_html(report: StudyReport) -> str:
     parts = _header(report)
     parts += _measured(report)
     parts += _findings(report)
+    parts += _schedule(report)
     parts += _best_config(report)
     if report.candidates:
         parts.append("<h2>Candidates</h2>")
@@ -176,6 +186,27 @@ def _findings(report: StudyReport) -> list[str]:
             + "".join(f"<li>{esc(s)}</li>" for s in report.confirmation)
             + "</ul>"
         )
+    return parts
+
+
+def _schedule(report: StudyReport) -> list[str]:
+    """What became of the batch-size schedule: the export's outcome line, ranges and per-level table."""
+    section = report.schedule
+    if section is None:
+        return []
+    esc = html.escape
+    parts = ["<h2>Batch-size schedule</h2>", f'<p id="schedule-outcome">{esc(section.outcome)}</p>']
+    if section.ranges:
+        parts.append(
+            "<p>Ranges (<code>num_speculative_tokens_per_batch_size</code>): "
+            f'<span id="schedule-ranges">{esc("; ".join(section.ranges))}</span></p>'
+        )
+    header, body = schedule_table(section, report.level_noun)
+    if body:
+        parts.append('<div id="schedule">' + _html_table(header, body) + "</div>")
+    parts += [f'<p class="note">note: {esc(c)}</p>' for c in section.caveats]
+    if section.rules:
+        parts.append(f'<p class="meta">Rules: {esc(section.rules)}.</p>')
     return parts
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tuner.outputs.report.schedule_section import schedule_table
 from tuner.outputs.report.tables import candidate_table, level_table, served_level_table, slo_table, trial_table
 
 if TYPE_CHECKING:
@@ -17,6 +18,25 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
     lines = ["| " + " | ".join(clean(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(clean(c) for c in cells) + " |" for cells in body]
     return "\n".join(lines)
+
+
+def _schedule(report: StudyReport) -> list[str]:
+    section = report.schedule
+    if section is None:
+        return []
+    out = ["**Batch-size schedule**", "", f"- {section.outcome}"]
+    if section.ranges:
+        out.append(f"- ranges (`num_speculative_tokens_per_batch_size`): {'; '.join(section.ranges)}")
+    out += [f"- note: {c}" for c in section.caveats]
+    out.append("")
+    header, body = schedule_table(section, report.level_noun)
+    if body:
+        out += [_md_table(header, body), ""]
+    if section.rules:
+        out += [f"Rules: {section.rules}.", ""]
+    if section.run is not None and section.run.schedule is not None:
+        out += ["Speedup against load per drafter, the schedule over it: in report.html.", ""]
+    return out
 
 
 def render_markdown(report: StudyReport) -> str:
@@ -53,6 +73,7 @@ def render_markdown(report: StudyReport) -> str:
         out += ["**Why**", ""] + [f"- {s}" for s in report.why] + [""]
     if report.confirmation:
         out += ["**Confirmation in fresh engines**", ""] + [f"- {s}" for s in report.confirmation] + [""]
+    out += _schedule(report)
     if report.candidates:
         out += [_md_table(*candidate_table(report)), ""]
     if report.best_config:

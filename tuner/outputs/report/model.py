@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
+    from tuner.outputs.report.schedule_section import ScheduleSection
     from tuner.study.config import StudyConfig
 
 
@@ -151,6 +152,7 @@ class StudyReport:
     measurement: list[str] = field(default_factory=list)  # how it was measured: mode, sampling, SLO
     served: list[ServedLevelRow] = field(default_factory=list)  # serve mode: latency per level of the finalists
     slo: SloSummary | None = None
+    schedule: ScheduleSection | None = None  # the batch-size schedule, when the study asked for one
 
     def level_name(self, level: int) -> str:
         return level_name(self.mode, level)

@@ -1,5 +1,5 @@
-"""The report in MLflow: report.html, report.md, best_config.yaml (and in serve mode latency_vs_load.png)
-on the study's parent run, and tags."""
+"""The report in MLflow: report.html, report.md, best_config.yaml (in serve mode latency_vs_load.png; with a
+batch-size schedule speedup_vs_batch_size.png) on the study's parent run, and tags."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ BEST_TAG = "best"
 def log_study_artifacts(
     tracker: Tracker, parent_run: str, study: optuna.Study, config: StudyConfig | None = None
 ) -> None:
-    """At the end of ``optimize``: report.html, report.md, best_config.yaml (serve mode: also the latency plot)
+    """At the end of ``optimize``: report.html, report.md, best_config.yaml (serve mode: also the latency plot;
+    schedule enabled: the speedup-against-load plot)
     on the parent run, and the ``best`` tag on the chosen trial's run (``tags.best = 'true'`` in the MLflow UI).
     Never raises."""
     try:
@@ -40,6 +41,11 @@ def log_study_artifacts(
 
             fig = latency_plots.latency_vs_load(report.finalists, report.slo)
             tracker.client.log_figure(parent_run, fig, latency_plots.LATENCY_ARTIFACT)
+        if report.schedule is not None:
+            from tuner.outputs import schedule_plot
+
+            fig = schedule_plot.speedup_vs_level(report.rows, report.schedule.run, report.mode)
+            tracker.client.log_figure(parent_run, fig, schedule_plot.SCHEDULE_ARTIFACT)
         _tag_best(tracker, study.study_name, report.chosen)
         if report.chosen is not None and report.chosen.speedup is not None:
             tracker.set_tags(parent_run, {"best_config": report.chosen.label, "verdict": report.headline})

@@ -1,0 +1,152 @@
+"""The report's "Batch-size schedule" section and its plot, on studies run with the schedule stand-in
+engine (tests.fake_schedule, as in tests/test_schedule_flow.py): the section agrees with best.yaml's header."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import ROOT
+from tests.test_schedule_flow import GAINS, _run, _study
+from tuner.outputs import schedule_plot
+from tuner.outputs.report import build_report, render_html, render_markdown
+from tuner.outputs.report.model import StudyReport
+from tuner.outputs.report.schedule_section import schedule_table
+from tuner.trial import schedule_check
+
+
+def _optimize(tmp: Path, gains: dict[str, float]) -> dict[str, Any]:
+    data = _study(tmp, gains)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDEC_TUNER_ENGINE_MODULE", "tests.fake_schedule")
+        mp.setenv("PYTHONPATH", str(ROOT))
+        assert _run(tmp, data) == 0
+    return data
+
+
+def _load(data: dict[str, Any]) -> optuna.Study:
+    return optuna.load_study(study_name=data["name"], storage=data["storage"])
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("sched-exported")
+    return tmp, _optimize(tmp, GAINS)
+
+
+@pytest.fixture(scope="module")
+def kept_static(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("sched-static")
+    return tmp, _optimize(tmp, {**GAINS, "schedule": 0.9})  # the schedule's engine runs 10% slow
+
+
+def _level_lines_agree(report: StudyReport, best_yaml: str) -> list[list[str]]:
+    """Every row of the section's table is the export's per-level header line, cell for cell."""
+    assert report.schedule is not None
+    _, body = schedule_table(report.schedule, report.level_noun)
+    assert body
+    for level, k, source, static, validation, within in body:
+        line = f"#   batch {level}: {k} ({source}); validation {validation} vs best static {static}: {within}\n"
+        assert line in best_yaml
+    return body
+
+
+def _plot_png(html: str) -> bytes:
+    match = re.search(r'<figure id="plot-schedule"><img alt="schedule" src="data:image/png;base64,([^"]+)"', html)
+    assert match is not None
+    return base64.b64decode(match.group(1))
+
+
+def test_an_exported_schedule_is_reported_as_the_export_states_it(exported: tuple[Path, dict[str, Any]]) -> None:
+    tmp, data = exported
+    study = _load(data)
+    run = schedule_check.current(study)
+    assert run is not None and run.exported and run.verdict is not None
+    report = build_report(study)
+    best_yaml = (tmp / "best.yaml").read_text()
+    section = report.schedule
+    assert section is not None and section.exported and section.outcome == run.outcome()
+    assert section.ranges == ["1-3: k=3", "4-1024: k=0"]
+    body = _level_lines_agree(report, best_yaml)
+    assert [(row[0], row[1]) for row in body] == [("1", "k=3"), ("4", "k=0 (no speculation)")]
+    assert all(row[5].startswith("within noise") for row in body)
+    assert f"# validation in a fresh engine: {run.verdict.reason}: the schedule is exported" in best_yaml
+    assert section.outcome.endswith(f"exported: {run.verdict.reason}")
+
+    md = render_markdown(report)
+    assert "**Batch-size schedule**" in md and f"- {run.outcome()}" in md
+    assert "`num_speculative_tokens_per_batch_size`): 1-3: k=3; 4-1024: k=0" in md
+    assert "| 1 | k=3 | trial 1: " in md and "| 4 | k=0 (no speculation) | trial 0: " in md
+    html = render_html(report)
+    assert "<h2>Batch-size schedule</h2>" in html and 'id="schedule-outcome"' in html
+    assert _plot_png(html).startswith(b"\x89PNG\r\n\x1a\n")
+
+    # the plot: the schedule's drafter first, a line per k, no speculation at 1.0, the schedule over it
+    fig = schedule_plot.speedup_vs_level(report.rows, run, report.mode)
+    ax = fig.axes[0]
+    assert run.schedule is not None and ax.get_title() == run.schedule.drafter
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert {"k=1", "k=3", "no speculation (1.0)", "schedule: chosen k (trials)"} <= set(lines)
+    assert list(lines["no speculation (1.0)"].get_ydata()) == [1.0, 1.0]
+    chosen = lines["schedule: chosen k (trials)"]
+    assert list(chosen.get_xdata()) == [1, 4]
+    assert list(chosen.get_ydata()) == [c.speedup for c in run.schedule.levels]
+    stars = lines["schedule: validation engine (exported)"]
+    assert run.metrics is not None
+    assert list(stars.get_ydata()) == [lv.speedup for lv in sorted(run.metrics.levels, key=lambda lv: lv.batch_size)]
+    assert [t.get_text() for t in ax.texts] == ["k=3", "k=0"]
+
+    # on the study's MLflow parent run, like the latency plot
+    client = MlflowClient(data["tracking"]["uri"])
+    exp = client.get_experiment_by_name(data["name"])
+    parents = client.search_runs([exp.experiment_id], filter_string="tags.`specdec.role` = 'study'")
+    assert parents, "no parent run"
+    parent = parents[0].info.run_id
+    assert schedule_plot.SCHEDULE_ARTIFACT in {a.path for a in client.list_artifacts(parent)}
+    png = Path(client.download_artifacts(parent, schedule_plot.SCHEDULE_ARTIFACT)).read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_schedule_kept_out_says_why_and_the_disabled_one_is_not_reported(
+    kept_static: tuple[Path, dict[str, Any]],
+) -> None:
+    tmp, data = kept_static
+    study = _load(data)
+    run = schedule_check.current(study)
+    assert run is not None and run.schedule is not None and not run.exported
+    report = build_report(study)
+    best_yaml = (tmp / "best.yaml").read_text()
+    assert report.schedule is not None and not report.schedule.exported
+    assert f"# {report.schedule.outcome}\n" in best_yaml and "NOT exported: at level 1" in report.schedule.outcome
+    body = _level_lines_agree(report, best_yaml)
+    assert body[0][5].startswith("NOT within noise")
+    md = render_markdown(report)
+    assert "NOT exported: at level 1 the schedule ran" in md and "| 1 | k=3 |" in md
+
+    # pre-flight's reason, when it skipped the schedule: one line, no table
+    note = "skipped before any engine started: data_parallel_size 2: vLLM ignores the schedule"
+    study.set_user_attr(
+        schedule_check.SCHEDULE_ATTR, schedule_check.ScheduleRun(basis=run.basis, note=note).model_dump()
+    )
+    report = build_report(study)
+    md = render_markdown(report)
+    assert f"- no batch-size schedule: {note}" in md and "| 1 | k=3 |" not in md
+    assert "<h2>Batch-size schedule</h2>" in render_html(report)
+
+    # switched off: optimize drops the stored run, the report has no section and no plot
+    data["schedule"] = {"enabled": False}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDEC_TUNER_ENGINE_MODULE", "tests.fake_schedule")
+        mp.setenv("PYTHONPATH", str(ROOT))
+        assert _run(tmp, data) == 0
+    report = build_report(_load(data))
+    assert report.schedule is None
+    assert "Batch-size schedule" not in render_markdown(report)
+    html = render_html(report)
+    assert "Batch-size schedule" not in html and 'id="plot-schedule"' not in html
