@@ -17,6 +17,7 @@ from tests.test_schedule_flow import GAINS, _run, _study
 from tuner.outputs import schedule_plot
 from tuner.outputs.report import build_report, render_html, render_markdown
 from tuner.outputs.report.model import StudyReport
+from tuner.outputs.report.prose import headline
 from tuner.outputs.report.schedule_section import schedule_table
 from tuner.trial import schedule_check
 
@@ -81,6 +82,7 @@ def test_an_exported_schedule_is_reported_as_the_export_states_it(exported: tupl
 
     md = render_markdown(report)
     assert "**Batch-size schedule**" in md and f"- {run.outcome()}" in md
+    assert headline(report) == f"Use the {run.outcome()}."  # what best.yaml serves, not the static winner
     assert "`num_speculative_tokens_per_batch_size`): 1-3: k=3; 4-1024: k=0" in md
     assert "| 1 | k=3 | trial 1: " in md and "| 4 | k=0 (no speculation) | trial 0: " in md
     html = render_html(report)
@@ -128,6 +130,7 @@ def test_a_schedule_kept_out_says_why_and_the_disabled_one_is_not_reported(
     assert body[0][5].startswith("NOT within noise")
     md = render_markdown(report)
     assert "NOT exported: at level 1 the schedule ran" in md and "| 1 | k=3 |" in md
+    assert not headline(report).startswith("Use the batch-size schedule")  # the static winner is served
 
     # pre-flight's reason, when it skipped the schedule: one line, no table
     note = "skipped before any engine started: data_parallel_size 2: vLLM ignores the schedule"

@@ -74,6 +74,9 @@ def headline(r: StudyReport) -> str:
             f"No speculative configuration completed yet; without speculation the target runs at "
             f"{base.metrics.tokens_per_s:.1f} output tokens/s ({base.label}, trial {base.number})."
         )
+    if r.schedule is not None and r.schedule.exported:
+        # The export serves the schedule, not the static winner: the headline must say what the file holds.
+        return f"Use the {r.schedule.outcome}."
     if r.slo is not None and r.slo.objective == "goodput":
         return _goodput_headline(r)
     if r.paid and r.chosen.speedup is not None:
