@@ -78,6 +78,8 @@ def test_a_real_engine_validates_the_derived_schedule(
     data["storage"] = f"sqlite:///{tmp_path / 'optuna.db'}"
     data["tracking"] = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": data["name"]}
     data["schedule"] = {"enabled": True}
+    # Already confirmed in the original; its MLflow runs are not in this tracking store.
+    data["confirm"] = {"enabled": False}
     export = tmp_path / "best.yaml"
     study_path = write_study(tmp_path, data)
     args = ["--workdir", str(tmp_path / "runs"), "--no-progress", "--export", str(export)]
