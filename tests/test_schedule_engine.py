@@ -87,9 +87,9 @@ def test_a_real_engine_validates_the_derived_schedule(
     study = optuna.load_study(study_name="real-study", storage=data["storage"])
     assert len(study.trials) == 3  # no trial ran again
 
-    run = schedule_check.current(optuna.load_study(study_name="real-schedule", storage=data["storage"]))
+    run = schedule_check.current(optuna.load_study(study_name="real-study", storage=data["storage"]))
     assert run is not None and run.schedule is not None
-    request = json.loads((tmp_path / "runs" / "real-schedule" / schedule_check.WORKDIR / "request.json").read_text())
+    request = json.loads((tmp_path / "runs" / "real-study" / schedule_check.WORKDIR / "request.json").read_text())
     spec = request["llm_kwargs"]["speculative_config"]
     assert spec["num_speculative_tokens_per_batch_size"] == run.schedule.vllm_value()
     assert spec["num_speculative_tokens"] == run.schedule.max_k
