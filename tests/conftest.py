@@ -120,7 +120,8 @@ def demo_models() -> None:
 
 @pytest.fixture(scope="session")
 def real_study(tmp_path_factory: pytest.TempPathFactory, demo_models: None) -> RealStudy:
-    """One real CPU-vLLM study shared by the engine tests: baseline, an n-gram trial, a draft trial."""
+    """One real CPU-vLLM study shared by the engine tests (test_engine_study, test_schedule_engine): baseline,
+    an n-gram trial, a draft trial."""
     tmp = tmp_path_factory.mktemp("real-study")
     data = study_dict(tmp, name="real-study")
     data["workload"]["batch_sizes"] = [1, 4]  # per-level metrics at two concurrencies
@@ -128,6 +129,8 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, demo_models: None) -> R
         {"candidate": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
         {"candidate": "draft-4l", "num_speculative_tokens": 2},
     ]
+    # Every trial completes: test_schedule_engine derives a schedule from their k's (pruning has its own test).
+    data["pruning"] = {"enabled": False}
     # The smallest confirmation: one fresh engine each for the best speculative trial and the baseline.
     data["confirm"] = {"enabled": True, "rounds": 1, "repeats": 1}
     path = write_study(tmp, data)

@@ -1,16 +1,19 @@
-"""One real CPU validation engine: a small study on the demo model derives a batch-size schedule from two
-n-gram k's and the baseline at batch sizes 1 and 4, runs it in a fresh vLLM engine, and exports either the
-schedule or the static winner with the reason. Run it under ``flock /tmp/engine.lock``."""
+"""One real CPU validation engine: the session's real study on the demo model (its measured trials reused)
+derives a batch-size schedule from the baseline and the best drafter's k at batch sizes 1 and 4, runs it in a
+fresh vLLM engine, and exports either the schedule or the static winner with the reason. Run it under
+``flock /tmp/engine.lock``."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 
-from tests.conftest import ROOT, study_dict, write_study
+from tests.conftest import ROOT, RealStudy, write_study
 from tests.test_schedule import parse_with_vllm
 from tuner.cli import main
 from tuner.results import store
@@ -59,28 +62,34 @@ def _derive_or_fixed(study: optuna.Study, config: StudyConfig) -> Derivation:
 
 
 def test_a_real_engine_validates_the_derived_schedule(
-    tmp_path: Path, demo_models: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, real_study: RealStudy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The session's real study (baseline, n-gram k=3, draft k=2 at batch sizes 1 and 4, none pruned) resumed
+    from a copy of its storage with the schedule switched on: its budget is spent, so the only engine this
+    test starts is the schedule's validation engine."""
+    assert real_study.result.returncode == 0, real_study.result.stderr[-3000:]
     monkeypatch.setattr(schedule_check, "derive_for", _derive_or_fixed)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    data = study_dict(tmp_path, name="real-schedule", budget={"trials": 3, "trial_timeout_s": 600})
-    data["candidates"] = data["candidates"][:2]  # none, ngram
-    data["workload"].update({"batch_sizes": [1, 4], "repeats": 1})
-    data["pruning"] = {"enabled": False}  # both k's must complete: they are the schedule's options
+    monkeypatch.chdir(tmp_path)
+    data = yaml.safe_load(real_study.study_path.read_text())
+    assert data["pruning"] == {"enabled": False}  # every k completes: they are the schedule's options
+    shutil.copy(real_study.dir / "optuna.db", tmp_path / "optuna.db")
+    # Sections outside the fingerprint: the copy resumes the same study, with a tracking store of its own.
+    data["storage"] = f"sqlite:///{tmp_path / 'optuna.db'}"
+    data["tracking"] = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": data["name"]}
     data["schedule"] = {"enabled": True}
-    lookup = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    data["search"]["first_trials"] = [
-        {"candidate": "ngram", "num_speculative_tokens": 3, **lookup},
-        {"candidate": "ngram", "num_speculative_tokens": 1, **lookup},
-    ]
+    # Already confirmed in the original; its MLflow runs are not in this tracking store.
+    data["confirm"] = {"enabled": False}
     export = tmp_path / "best.yaml"
     study_path = write_study(tmp_path, data)
     args = ["--workdir", str(tmp_path / "runs"), "--no-progress", "--export", str(export)]
     assert main(["optimize", "--study", str(study_path), *args]) == 0
+    study = optuna.load_study(study_name="real-study", storage=data["storage"])
+    assert len(study.trials) == 3  # no trial ran again
 
-    run = schedule_check.current(optuna.load_study(study_name="real-schedule", storage=data["storage"]))
+    run = schedule_check.current(optuna.load_study(study_name="real-study", storage=data["storage"]))
     assert run is not None and run.schedule is not None
-    request = json.loads((tmp_path / "runs" / "real-schedule" / schedule_check.WORKDIR / "request.json").read_text())
+    request = json.loads((tmp_path / "runs" / "real-study" / schedule_check.WORKDIR / "request.json").read_text())
     spec = request["llm_kwargs"]["speculative_config"]
     assert spec["num_speculative_tokens_per_batch_size"] == run.schedule.vllm_value()
     assert spec["num_speculative_tokens"] == run.schedule.max_k

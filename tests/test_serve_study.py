@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import signal
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import CliResult, run_cli, study_dict, write_study
-from tests.test_interrupt import Family, _start, _wait_for
+from tests.test_interrupt import Family, _start
 from tuner.results import store
 
 pytestmark = pytest.mark.engine
@@ -30,14 +31,17 @@ SERVE = {
         "objective": "goodput",
         # Loose: a 2-core CPU keeps it at every rate tried, so the search ends at max_rps.
         "slo": {"percentile": 90, "ttft_ms": 60000, "tpot_ms": 5000},
-        "rate_search": {"start_rps": 2, "max_rps": 4, "bisect_steps": 1, "requests": 5, "probe_s": 1, "time_limit_s": 120},
+        "rate_search": {"start_rps": 2, "max_rps": 4, "bisect_steps": 1, "requests": 3, "probe_s": 1, "time_limit_s": 120},
     },
 }
 
 
 def serve_study(tmp: Path, name: str, trials: int) -> dict[str, Any]:
     data = study_dict(tmp, name=name, budget={"trials": trials, "trial_timeout_s": 600})
-    data["workload"].update(copy.deepcopy(SERVE), batch_sizes=[1, 4], repeats=1, max_tokens=16, temperature=0.0, top_p=1.0)
+    # Four prompts (three copy tasks): concurrency 4 is one wave.
+    data["workload"].update(
+        copy.deepcopy(SERVE), batch_sizes=[1, 4], repeats=1, max_tokens=16, temperature=0.0, top_p=1.0, max_prompts=4
+    )
     data["search"]["first_trials"] = [
         {"candidate": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
     ]
@@ -138,6 +142,21 @@ def _server_port(family: Family) -> int:
     raise AssertionError("no server among the tuner's processes")
 
 
+def _wait_for_health(family: Family, timeout: float) -> int:
+    """The port of the tuner's server once its /health answers 200."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert family.tuner.poll() is None, family.tuner.communicate()[1][-3000:]
+        try:
+            port = _server_port(family)
+            if _status(f"http://127.0.0.1:{port}/health") == 200:
+                return port
+        except (AssertionError, OSError):
+            pass  # no server yet, or not listening yet
+        time.sleep(0.5)
+    raise TimeoutError("no server answered /health")
+
+
 def _status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
@@ -151,12 +170,10 @@ def test_a_server_is_gone_after_ctrl_c_and_kill_9(tmp_path: Path, demo_models: N
     data = serve_study(tmp_path, f"served-{how}", trials=1)
     data["workload"]["serve"].pop("slo")
     data["workload"]["serve"]["objective"] = "throughput"
-    data["workload"]["repeats"] = 50  # still measuring when the signal comes
+    data["workload"]["repeats"] = 50  # still running when the signal comes
     proc = _start(write_study(tmp_path, data), tmp_path)
-    progress = tmp_path / "tuner-runs" / data["name"] / "trial-000" / "progress.jsonl"
-    _wait_for(progress, 600, b'"repeat"')
     family = Family(tmp_path, proc)
-    port = _server_port(family)
+    port = _wait_for_health(family, 600)  # the signal comes as soon as the first server answers
     # Loopback only, and the generated key guards the API (not /health).
     assert _status(f"http://127.0.0.1:{port}/health") == 200
     assert _status(f"http://127.0.0.1:{port}/v1/models") == 401
