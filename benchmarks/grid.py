@@ -89,21 +89,16 @@ def measured_keys(data: dict[str, Any]) -> set[str]:
 
 def expected_s(data: dict[str, Any], spec: TrialSpec) -> float:
     same = [
-        r["wall_s"]
+        r
         for r in data["runs"]
         if r.get("ok") and r["spec"]["enforce_eager"] == spec.enforce_eager and r["spec"]["method"] == spec.method
     ]
+    if not same:
+        return DEFAULT_EXPECTED_S
     # A compile-cache miss (the first engine of its kind on a machine) is slower than what follows: plan with
     # the warm runs where there are any; a run cut by the deadline is retried anyway.
-    warm = [
-        r["wall_s"]
-        for r in data["runs"]
-        if r.get("ok")
-        and r["spec"]["enforce_eager"] == spec.enforce_eager
-        and r["spec"]["method"] == spec.method
-        and r.get("log", {}).get("compile_cache") != "miss"
-    ]
-    return max(warm or same) if same else DEFAULT_EXPECTED_S
+    warm = [r for r in same if r.get("log", {}).get("compile_cache") != "miss"]
+    return max(r["wall_s"] for r in warm or same)
 
 
 def _machine() -> dict[str, Any]:

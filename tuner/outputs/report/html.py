@@ -98,7 +98,8 @@ def figures(report: StudyReport) -> dict[str, Any]:
     return out
 
 
-def render_html(report: StudyReport) -> str:
+def render_html(report: StudyReport, figs: dict[str, Any] | None = None) -> str:
+    """The whole page; ``figs``: the report's plots when the caller drew them already (``figures``)."""
     parts = _header(report)
     parts += _measured(report)
     parts += _findings(report)
@@ -107,7 +108,7 @@ def render_html(report: StudyReport) -> str:
     if report.candidates:
         parts.append("<h2>Candidates</h2>")
         parts.append(_html_table(*candidate_table(report)))
-    parts += _plots(report)
+    parts += _plots(report, figures(report) if figs is None else figs)
     parts += _trials_and_settings(report)
     noun = "concurrency level" if report.mode == "serve" else "batch size"
     parts.append(
@@ -224,13 +225,13 @@ def _best_config(report: StudyReport) -> list[str]:
     return parts
 
 
-def _plots(report: StudyReport) -> list[str]:
+def _plots(report: StudyReport, figs: dict[str, Any]) -> list[str]:
     from tuner.outputs import plots
 
     esc = html.escape
     parts = ["<h2>Plots</h2>"]
     captions = _captions(report)
-    for name, fig in figures(report).items():
+    for name, fig in figs.items():
         data = plots.png_base64(fig)
         parts.append(
             f'<figure id="plot-{name}"><img alt="{esc(name)}" src="data:image/png;base64,{data}">'

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from tuner.outputs.report.build import build_report
-from tuner.outputs.report.html import render_html
+from tuner.outputs.report.html import figures, render_html
 from tuner.outputs.report.markdown import render_markdown
 
 if TYPE_CHECKING:
@@ -31,21 +31,18 @@ def log_study_artifacts(
     on the parent run, and the ``best`` tag on the chosen trial's run (``tags.best = 'true'`` in the MLflow UI).
     Never raises."""
     try:
+        from tuner.outputs.latency_plots import LATENCY_ARTIFACT
+        from tuner.outputs.schedule_plot import SCHEDULE_ARTIFACT
+
         report = build_report(study, config, "")
-        tracker.log_text(parent_run, render_html(report), REPORT_ARTIFACT)
+        figs = figures(report)  # drawn once: embedded in report.html, and some logged as images of their own
+        tracker.log_text(parent_run, render_html(report, figs), REPORT_ARTIFACT)
         tracker.log_text(parent_run, render_markdown(report), MARKDOWN_ARTIFACT)
         if report.best_config:
             tracker.log_text(parent_run, report.best_config, CONFIG_ARTIFACT)
-        if report.mode == "serve":
-            from tuner.outputs import latency_plots
-
-            fig = latency_plots.latency_vs_load(report.finalists, report.slo)
-            tracker.client.log_figure(parent_run, fig, latency_plots.LATENCY_ARTIFACT)
-        if report.schedule is not None:
-            from tuner.outputs import schedule_plot
-
-            fig = schedule_plot.speedup_vs_level(report.rows, report.schedule.run, report.mode)
-            tracker.client.log_figure(parent_run, fig, schedule_plot.SCHEDULE_ARTIFACT)
+        for name, artifact in (("latency", LATENCY_ARTIFACT), ("schedule", SCHEDULE_ARTIFACT)):
+            if name in figs:
+                tracker.client.log_figure(parent_run, figs[name], artifact)
         _tag_best(tracker, study.study_name, report.chosen)
         if report.chosen is not None and report.chosen.speedup is not None:
             tracker.set_tags(parent_run, {"best_config": report.chosen.label, "verdict": report.headline})
