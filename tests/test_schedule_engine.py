@@ -87,7 +87,7 @@ def test_a_real_engine_validates_the_derived_schedule(
     study = optuna.load_study(study_name="real-study", storage=data["storage"])
     assert len(study.trials) == 3  # no trial ran again
 
-    run = schedule_check.current(optuna.load_study(study_name="real-study", storage=data["storage"]))
+    run = schedule_check.current(study)
     assert run is not None and run.schedule is not None
     request = json.loads((tmp_path / "runs" / "real-study" / schedule_check.WORKDIR / "request.json").read_text())
     spec = request["llm_kwargs"]["speculative_config"]
