@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import UserError
@@ -50,11 +51,23 @@ HEARTBEAT_S = 5
 GRACE_S = 20
 
 
+def check_url(url: str) -> None:
+    """The refusals that need no database driver, so a bad URL is reported before pre-flight's minutes."""
+    if "://" not in url:
+        raise UserError(f"storage: '{url}' is not a database URL; fix: use e.g. sqlite:///optuna.db")
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///").split("?", 1)[0]
+        if path and path != ":memory:" and not Path(path).parent.is_dir():
+            raise UserError(
+                f"storage: cannot open '{mask_url(url)}' (directory {Path(path).parent} does not exist); "
+                "fix: create the directory or point the URL at an existing one"
+            )
+
+
 def open_storage(url: str, heartbeat: bool = True) -> Any:
     import optuna
 
-    if "://" not in url:
-        raise UserError(f"storage: '{url}' is not a database URL; fix: use e.g. sqlite:///optuna.db")
+    check_url(url)
     kwargs: dict[str, Any] = {}
     if heartbeat:
         kwargs = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S}

@@ -78,6 +78,7 @@ class StudyRunner:
     # -- set-up ---------------------------------------------------------------------------------
     def prepare(self) -> PreparedStudy:
         """Everything that can refuse bad input runs before anything is written."""
+        store.check_url(self.storage_url)
         prompts = load_prompts(self.config.workload.prompts)
         if self.config.workload.max_prompts:
             prompts = prompts[: self.config.workload.max_prompts]
