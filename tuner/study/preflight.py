@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from tuner.errors import UserError
 from tuner.study import methods
@@ -25,11 +26,10 @@ SCHEDULE_PROBE: dict[str, Any] = {
 }
 
 
-@dataclass
-class Preflight:
+class Preflight(BaseModel):
     target_path: str
     allowed: list[str]
-    rejected: dict[str, str] = field(default_factory=dict)
+    rejected: dict[str, str] = {}
     schedule_skipped: str | None = None  # schedule.enabled, but no schedule will be derived: why
 
 

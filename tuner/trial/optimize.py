@@ -26,7 +26,8 @@ from tuner.outputs.tracking import Tracker
 from tuner.redaction import mask_url, redact
 from tuner.results import store
 from tuner.study.config import StudyConfig
-from tuner.study.preflight import REJECTED_ATTR, Preflight, run_preflight
+from tuner.study.preflight import REJECTED_ATTR, Preflight
+from tuner.study.preflight_cache import CACHE_FILE, cached_preflight
 from tuner.study.prompts import load_prompts
 from tuner.study.space import baseline_params, first_trial_params
 from tuner.trial.coordination import Heartbeat, study_lock
@@ -82,7 +83,12 @@ class StudyRunner:
         prompts = load_prompts(self.config.workload.prompts)
         if self.config.workload.max_prompts:
             prompts = prompts[: self.config.workload.max_prompts]
-        preflight = run_preflight(self.config)
+        preflight, reused = cached_preflight(self.config, self.workdir)
+        if reused:
+            print(
+                f"pre-flight: reused {self.workdir / CACHE_FILE} (same study settings, vLLM and model files)",
+                file=sys.stderr,
+            )
         for name, reason in preflight.rejected.items():
             print(f"warning: candidate '{name}' removed from the search space: {reason}", file=sys.stderr)
         if preflight.schedule_skipped:
