@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, run_cli, study_dict, write_study
+from tests.conftest import ROOT, RealStudy, run_cli, study_dict, write_study
 from tuner.engine import process_guard
 from tuner.results import store
 
@@ -31,7 +34,15 @@ def _start(study_path: Path, cwd: Path, env: dict[str, str] | None = None) -> su
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    """In the child, before exec: a runner that starts pytest in the background ignores (or blocks) SIGINT,
+    the child would inherit that, and Python only turns SIGINT into KeyboardInterrupt where it is default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 _IDS: dict[Path, str] = {}
@@ -105,12 +116,15 @@ class Family:
         assert not described, "\n".join(described)
 
 
-def _check_resumed(data: dict, interrupted_kind: str) -> None:
+def _check_resumed(data: dict, interrupted_kind: str, interrupted: int | None = None) -> None:
+    """One trial was cut short (trial ``interrupted`` where the test knows which); the same command retried
+    it with the same parameters and spent exactly the budget, with one baseline and no MLflow run left open."""
     study = optuna.load_study(study_name=data["name"], storage=data["storage"])
     trials = study.get_trials()
     states = [t.state for t in trials]
     assert states.count(optuna.trial.TrialState.FAIL) == 1, states
     failed = next(t for t in trials if t.state == optuna.trial.TrialState.FAIL)
+    assert interrupted is None or failed.number == interrupted, (failed.number, interrupted)
     retry = [t for t in trials if store.trial_record(t).retry_of == failed.number]
     assert len(retry) == 1 and retry[0].state == optuna.trial.TrialState.COMPLETE
     assert retry[0].params == failed.params
@@ -126,14 +140,46 @@ def _check_resumed(data: dict, interrupted_kind: str) -> None:
     assert not [r for r in client.search_runs([exp.experiment_id]) if r.info.status == "RUNNING"]
 
 
+# An n-gram configuration the session's real study has not measured (it has k=3, lookup 3..1): the sampler
+# could propose one it has, which reuses that result without an engine, so the test picks it.
+UNMEASURED: dict[str, Any] = {
+    "candidate": "ngram",
+    "enforce_eager": True,
+    "ngram.num_speculative_tokens": 2,
+    "ngram.prompt_lookup_max": 2,
+    "ngram.prompt_lookup_min": 1,
+}
+
+
+def _one_more_real_trial(tmp_path: Path, real_study: RealStudy) -> tuple[dict, Path, int]:
+    """The session's real study (baseline, n-gram, draft: all measured) resumed from a copy of its storage with
+    a budget of one more trial, an unmeasured n-gram configuration waiting in it: the tuner's only engine is
+    that trial's, with no baseline engine before it. Returns the study, its file and the trial's number."""
+    assert real_study.result.returncode == 0, real_study.result.stderr[-3000:]
+    data = yaml.safe_load(real_study.study_path.read_text())
+    shutil.copy(real_study.dir / "optuna.db", tmp_path / "optuna.db")
+    # Sections outside the fingerprint: the copy resumes the same study, with a tracking store of its own.
+    data["storage"] = f"sqlite:///{tmp_path / 'optuna.db'}"
+    data["tracking"] = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": data["name"]}
+    data["confirm"] = {"enabled": False}  # confirmation engines are not what these tests interrupt
+    study = optuna.load_study(study_name=data["name"], storage=data["storage"])
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * data["budget"]["trials"]
+    assert store.budget_used(study) == data["budget"]["trials"]
+    data["budget"]["trials"] += 1
+    study.enqueue_trial(UNMEASURED)  # Optuna hands out waiting trials before sampling
+    number = study.trials[-1].number
+    return data, write_study(tmp_path, data), number
+
+
+def _trial_dir(tmp_path: Path, data: dict, number: int) -> Path:
+    return tmp_path / "tuner-runs" / data["name"] / f"trial-{number:03d}"
+
+
 @pytest.mark.engine
-def test_ctrl_c_during_a_real_trial_then_resume(tmp_path: Path, demo_models: None) -> None:
-    data = study_dict(tmp_path, name="interrupt-real", budget={"trials": 2, "trial_timeout_s": 600})
-    data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": 2}]
-    path = write_study(tmp_path, data)
-    workdir = tmp_path / "tuner-runs" / data["name"]
+def test_ctrl_c_during_a_real_trial_then_resume(tmp_path: Path, real_study: RealStudy) -> None:
+    data, path, number = _one_more_real_trial(tmp_path, real_study)
     proc = _start(path, tmp_path)
-    _wait_for(workdir / "trial-001" / "progress.jsonl", 600)  # the n-gram engine is up and measuring
+    _wait_for(_trial_dir(tmp_path, data, number) / "progress.jsonl", 600)  # the n-gram engine is up and measuring
     family = Family(tmp_path, proc)
     assert family.live(), "engine should be running"
     proc.send_signal(signal.SIGINT)
@@ -143,7 +189,7 @@ def test_ctrl_c_during_a_real_trial_then_resume(tmp_path: Path, demo_models: Non
     family.none_left()
     res = run_cli(["optimize", "--study", str(path), "--no-progress"], tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
-    _check_resumed(data, "signal")
+    _check_resumed(data, "signal", number)
 
 
 FAKE = {"SPECDEC_TUNER_ENGINE_MODULE": "tests.fake_engine"}
@@ -192,14 +238,11 @@ def test_kill_9_leaves_a_stale_trial_that_is_retried(tmp_path: Path) -> None:
 
 
 @pytest.mark.engine
-def test_kill_9_during_a_real_measurement_leaves_no_process(tmp_path: Path, demo_models: None) -> None:
+def test_kill_9_during_a_real_measurement_leaves_no_process(tmp_path: Path, real_study: RealStudy) -> None:
     """vLLM's engine-core process and multiprocessing's resource tracker included, not only the engine."""
-    data = study_dict(tmp_path, name="kill9-real", budget={"trials": 2, "trial_timeout_s": 600})
-    data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": 2}]
-    path = write_study(tmp_path, data)
+    data, path, number = _one_more_real_trial(tmp_path, real_study)
     proc = _start(path, tmp_path)
-    progress = tmp_path / "tuner-runs" / data["name"] / "trial-001" / "progress.jsonl"
-    _wait_for(progress, 600, b'"repeat"')  # measuring
+    _wait_for(_trial_dir(tmp_path, data, number) / "progress.jsonl", 600, b'"repeat"')  # measuring
     family = Family(tmp_path, proc)
     assert len(family.live()) >= 3, "the engine and vLLM's processes should be running"
     proc.kill()
