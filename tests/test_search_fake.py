@@ -29,7 +29,7 @@ def test_study_runs_baseline_first_and_logs_every_trial(tmp_path: Path, fake_eng
     assert _run(tmp_path, data, "--export", str(tmp_path / "best.yaml")) == 0
     study = _load(data)
     trials = study.get_trials()
-    assert len(trials) == 6
+    assert store.budget_used(study) == 6  # measured configurations; the sampler's repeats spend no budget
     first = store.trial_spec(trials[0])
     assert first is not None and first.is_baseline
     assert (
@@ -46,7 +46,7 @@ def test_study_runs_baseline_first_and_logs_every_trial(tmp_path: Path, fake_eng
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get(store.PARENT_TAG_KEY) is None]
     children = [r for r in runs if r.data.tags.get(store.PARENT_TAG_KEY)]
-    assert len(parents) == 1 and len(children) == 6
+    assert len(parents) == 1 and len(children) == len(trials)
     assert all(r.data.tags[store.PARENT_TAG_KEY] == parents[0].info.run_id for r in children)
     assert parents[0].info.status == "FINISHED"
     measured = [r for r in children if r.data.tags.get("state") == "COMPLETE"]
@@ -98,7 +98,7 @@ def test_resume_keeps_trials_and_reaches_the_budget(tmp_path: Path, fake_engine:
     assert _run(tmp_path, data, "--n-trials", "2") == 0
     assert _run(tmp_path, data, "--n-trials", "4") == 0
     study = _load(data)
-    assert len(study.get_trials()) == 4
+    assert store.budget_used(study) == 4
     baselines = [t for t in study.get_trials() if (s := store.trial_spec(t)) and s.is_baseline]
     assert len({t.number for t in baselines if store.trial_record(t).duplicate_of is None}) == 1
     client = MlflowClient(data["tracking"]["uri"])
@@ -222,3 +222,23 @@ def test_interrupted_confirmation_resumes_without_remeasuring(tmp_path: Path, fa
     assert (tmp_path / "launches").read_text() == "7"  # one engine more, not four
     conf = confirm.current(_load(data))
     assert conf is not None and conf.complete and conf.engines[:3] == confirm.load(study).engines[:3]  # type: ignore[union-attr]
+
+
+def test_repeats_spend_no_budget_and_a_measured_space_ends_the_study(
+    tmp_path: Path, fake_engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three configurations, a budget of ten: the study measures each once, reuses the sampler's
+    repeats without counting them, and stops when nothing new is left to measure."""
+    data = study_dict(tmp_path, budget={"trials": 10, "trial_timeout_s": 60})
+    data["candidates"] = [
+        {"name": "none", "method": "none"},
+        {"name": "ngram", "method": "ngram", "num_speculative_tokens": [1, 2], "prompt_lookup_max": 3},
+    ]
+    assert _run(tmp_path, data) == 0
+    study = _load(data)
+    measured = [t for t in study.get_trials() if store.spends_budget(t)]
+    assert len({store.trial_spec(t).key() for t in measured}) == len(measured) == 3  # type: ignore[union-attr]
+    assert store.budget_used(study) == 3
+    numbers = {t.number for t in measured}
+    assert all(store.is_repeat(t) for t in study.get_trials() if t.number not in numbers)
+    assert "stopping before the budget: every configuration of the space (3) is measured" in capsys.readouterr().err

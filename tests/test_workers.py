@@ -83,8 +83,7 @@ def test_three_workers_share_one_study(tmp_path: Path, postgres: str, tracking: 
     assert [w.returncode for w in workers] == [0, 0, 0], errors
     study = optuna.load_study(study_name=data["name"], storage=postgres)
     trials = study.get_trials()
-    assert store.budget_used(study) == 9
-    assert len(trials) == 9, [t.state for t in trials]
+    assert store.budget_used(study) == 9, [t.state for t in trials]  # the sampler's repeats spend no budget
     measured_baselines = [
         t for t in trials if (s := store.trial_spec(t)) and s.is_baseline and store.trial_record(t).duplicate_of is None
     ]
@@ -92,11 +91,11 @@ def test_three_workers_share_one_study(tmp_path: Path, postgres: str, tracking: 
     measured = [store.trial_spec(t).key() for t in trials if store.trial_record(t).duplicate_of is None]  # type: ignore[union-attr]
     assert len(measured) == len(set(measured)), "a configuration was measured twice"
     parents, children = _children(tracking, data["name"])
-    assert len(parents) == 1 and len(children) == 9
+    assert len(parents) == 1 and len(children) == len(trials)
     assert {r.data.tags[store.PARENT_TAG_KEY] for r in children} == {parents[0].info.run_id}
     assert all(r.data.tags.get("host") and r.data.tags.get("accelerator") for r in children)
     hosts = collections.Counter(store.trial_record(t).hardware["host"] for t in trials)
-    assert sum(hosts.values()) == 9
+    assert sum(hosts.values()) == len(trials)
 
 
 def test_a_killed_worker_has_its_trial_retried(tmp_path: Path, postgres: str, tracking: str) -> None:

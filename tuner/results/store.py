@@ -155,8 +155,18 @@ def is_counted(trial: FrozenTrial) -> bool:
     return trial.state == TrialState.FAIL and failure_class(trial) in COUNTED_FAILURES
 
 
+def is_repeat(trial: FrozenTrial) -> bool:
+    """The sampler proposed an already measured configuration: its result was reused, no engine ran."""
+    return record_value(trial, "duplicate_of") is not None
+
+
+def spends_budget(trial: FrozenTrial) -> bool:
+    """``budget.trials`` counts measured configurations: a repeat costs no engine time and no budget."""
+    return is_counted(trial) and not is_repeat(trial)
+
+
 def budget_used(study: optuna.Study) -> int:
-    return sum(1 for t in study.get_trials(deepcopy=False) if is_counted(t))
+    return sum(1 for t in study.get_trials(deepcopy=False) if spends_budget(t))
 
 
 def completed(study: optuna.Study) -> list[FrozenTrial]:

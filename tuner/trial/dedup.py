@@ -66,7 +66,9 @@ def reuse(
     record.write(trial, rec)
     ps.tracker.log_params(run_id, spec.mlflow_params())
     ps.tracker.end_trial(run_id, "FINISHED" if source.state == TrialState.COMPLETE else "FAILED")
-    view.trial_finished(trial.number, f"same configuration as trial {source.number}; reused its result", None)
+    view.trial_finished(
+        trial.number, f"same configuration as trial {source.number}; reused its result (no budget)", None, counted=False
+    )
     if source.state == TrialState.PRUNED:
         raise optuna.TrialPruned(f"same configuration as trial {source.number}, which was pruned")
     if source.state == TrialState.FAIL:

@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 import optuna
-from optuna.trial import Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.engine.hardware import Hardware, gpus_per_engine
 from tuner.engine.hardware import describe as describe_hardware
@@ -29,7 +29,7 @@ from tuner.study.config import StudyConfig
 from tuner.study.preflight import REJECTED_ATTR, Preflight
 from tuner.study.preflight_cache import CACHE_FILE, cached_preflight
 from tuner.study.prompts import load_prompts
-from tuner.study.space import baseline_params, first_trial_params
+from tuner.study.space import baseline_params, first_trial_params, grid
 from tuner.trial.coordination import Heartbeat, study_lock
 from tuner.trial.execute import TrialExecutor
 from tuner.trial.prepared import PreparedStudy, TrialFailed
@@ -39,6 +39,8 @@ from tuner.trial.pruning import NoiseAwarePercentilePruner
 __all__ = ["MAX_ATTEMPTS", "OptimizeOptions", "StudyRunner", "TrialFailed", "optimize", "prepare_only"]
 
 MAX_ATTEMPTS = 3
+# Repeats (reused results) before a study that still has budget stops: its sampler keeps to the measured.
+MIN_REPEATS_TO_STOP = 20
 
 
 @dataclass
@@ -63,6 +65,8 @@ class StudyRunner:
         self.config = config
         self.study_text = study_text
         self.budget = options.n_trials or config.budget.trials
+        self._space_keys: set[tuple[Any, ...]] | None = None
+        self._stop_noted = False
         self.storage_url = options.storage or config.storage
         self.tracking_uri = options.tracking_uri or config.tracking.uri
         self.workdir = ((options.workdir or Path("tuner-runs")) / config.name).resolve()
@@ -222,13 +226,31 @@ class StudyRunner:
             with self._lock():
                 self._reconcile(ps)
                 trials = ps.study.get_trials(deepcopy=False)
-                used = sum(1 for t in trials if store.is_counted(t))
+                used = sum(1 for t in trials if store.spends_budget(t))
                 running = sum(1 for t in trials if t.state == TrialState.RUNNING)
-                if used >= self.budget:
+                if used >= self.budget or self._nothing_new(ps, trials):
                     return None
                 if used + running < self.budget:
                     return ps.study.ask()
             time.sleep(store.HEARTBEAT_S)
+
+    def _nothing_new(self, ps: PreparedStudy, trials: list[FrozenTrial]) -> bool:
+        """Repeats spend no budget, so the loop ends on its own when every configuration of the space is
+        measured, or when the sampler has proposed measured ones many times (it has settled)."""
+        measured = {s.key() for t in trials if store.spends_budget(t) and (s := store.trial_spec(t))}
+        repeats = sum(1 for t in trials if store.is_counted(t) and store.is_repeat(t))
+        if self._space_keys is None:
+            self._space_keys = {s.key() for s in grid(ps.config, ps.preflight.allowed)}
+        if self._space_keys <= measured:
+            reason = f"every configuration of the space ({len(self._space_keys)}) is measured"
+        elif repeats >= max(MIN_REPEATS_TO_STOP, 2 * self.budget):
+            reason = f"the sampler proposed measured configurations {repeats} times"
+        else:
+            return False
+        if not self._stop_noted:
+            print(f"note: stopping before the budget: {reason}", file=sys.stderr)
+            self._stop_noted = True
+        return True
 
     def _run_trial(self, ps: PreparedStudy, executor: TrialExecutor, trial: Trial) -> None:
         with Heartbeat(self.storage, trial._trial_id, store.HEARTBEAT_S):
