@@ -49,10 +49,11 @@ def cache_key(config: StudyConfig) -> str | None:
     the installed vLLM and the model files. None: not cacheable."""
     stamps = {}
     for ref in study_models(config):
-        stamp = _model_stamp(resolve_model(ref))
+        path = resolve_model(ref)
+        stamp = _model_stamp(path)
         if stamp is None:
             return None
-        stamps[ref] = [resolve_model(ref), stamp]
+        stamps[ref] = [path, stamp]
     dump = {k: v for k, v in config.model_dump(mode="json").items() if k not in UNFINGERPRINTED - {"schedule"}}
     code = hashlib.sha256(b"".join(Path(__file__).with_name(n).read_bytes() for n in CHECK_MODULES)).hexdigest()
     blob = json.dumps(
