@@ -16,6 +16,15 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_ENGINE = "tests.fake_engine"
 
+# An offline vLLM engine otherwise spawns an engine-core and a worker process, each importing torch and vLLM
+# again: on the 2-core CI class machine an eager start took 34-39 s that way and 6-8 s in-process, with the
+# same tokens (2026-12-02). The tuner's engines inherit this from the tests; users' engines keep vLLM's
+# default. Only vllm.LLM reads it (`vllm serve` keeps its processes). Tests about vLLM's own process tree
+# set MULTIPROCESS back.
+MULTIPROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+os.environ.setdefault(MULTIPROCESS_ENV, "0")
+MULTIPROCESS = {MULTIPROCESS_ENV: "1"}
+
 COPY_PROMPTS = [
     "Rewrite this Python function with type hints:\n\ndef add(a, b):\n    total = a + b\n    return total\n",
     "Quote this sentence exactly and then summarise it: 'The quick brown fox jumps over the lazy dog.'",

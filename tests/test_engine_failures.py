@@ -12,7 +12,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli, study_dict, write_study
+from tests.conftest import MULTIPROCESS_ENV, run_cli, study_dict, write_study
 from tuner.engine import process_guard
 from tuner.engine.process import run_engine
 from tuner.engine.request import ProgressEvent, TrialRequest
@@ -60,6 +60,7 @@ def _processes_with(marker: str) -> list[int]:
 def test_timed_out_engine_is_killed_with_its_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     marker = f"SPECDEC_TEST_MARK={tmp_path}"
     monkeypatch.setenv("SPECDEC_TEST_MARK", str(tmp_path))
+    monkeypatch.setenv(MULTIPROCESS_ENV, "1")  # the engine-core process is one of the children
     outcome = run_engine(_request(tmp_path), tmp_path / "trial", timeout_s=15)
     assert outcome.failure == "timeout" and outcome.result is None
     assert outcome.wall_s < 60
@@ -71,6 +72,7 @@ def test_killed_engine_ends_the_trial_not_the_tuner(tmp_path: Path, monkeypatch:
     """SIGKILL with no out-of-memory record (the kernel's counter did not move): classified as killed."""
     marker = f"SPECDEC_TEST_MARK={tmp_path}"
     monkeypatch.setenv("SPECDEC_TEST_MARK", str(tmp_path))
+    monkeypatch.setenv(MULTIPROCESS_ENV, "1")  # the engine-core process is one of the children
 
     def kill_when_measuring(event: ProgressEvent) -> None:
         if event.event == "repeat":

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, RealStudy, run_cli, study_dict, write_study
+from tests.conftest import MULTIPROCESS, ROOT, RealStudy, run_cli, study_dict, write_study
 from tuner.engine import process_guard
 from tuner.results import store
 
@@ -241,7 +241,7 @@ def test_kill_9_leaves_a_stale_trial_that_is_retried(tmp_path: Path) -> None:
 def test_kill_9_during_a_real_measurement_leaves_no_process(tmp_path: Path, real_study: RealStudy) -> None:
     """vLLM's engine-core process and multiprocessing's resource tracker included, not only the engine."""
     data, path, number = _one_more_real_trial(tmp_path, real_study)
-    proc = _start(path, tmp_path)
+    proc = _start(path, tmp_path, MULTIPROCESS)
     _wait_for(_trial_dir(tmp_path, data, number) / "progress.jsonl", 600, b'"repeat"')  # measuring
     family = Family(tmp_path, proc)
     assert len(family.live()) >= 3, "the engine and vLLM's processes should be running"
