@@ -23,6 +23,12 @@ def _error(tmp_path: Path, **overrides: object) -> str:
     return message
 
 
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "studies").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_study_file_loads_with_its_prompts(path: Path) -> None:
+    study = load_study(path)
+    assert load_prompts(study.workload.prompts)
+
+
 def test_demo_study_file_is_valid() -> None:
     study = load_study(Path(__file__).parent.parent / "studies" / "smollm2-cpu.yaml")
     assert study.workload.prompts.is_file()
