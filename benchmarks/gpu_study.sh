@@ -23,11 +23,12 @@
 #
 # Environment: PYTHON (python3), STUDY (studies/smollm2-h200.yaml), PREPARE_ARGS (e.g. --wide for
 # studies/wide-h200.yaml), N_TRIALS (default: the study's
-# budget.trials), STUDY_TIME_LIMIT_S (stop the study after this long; it resumes next time),
+# budget.trials), STUDY_TIME_LIMIT_S (whole seconds: the tuner's --timeout, so the study starts no trial it
+# expects to overrun them and exits 75; timeout(1) kills it 120 s later as a backstop; it resumes next time),
 # SPECDEC_TUNER_CACHE (default OUTDIR/cache), VLLM_CACHE_ROOT (default OUTDIR/vllm-cache, so a fresh
 # OUTDIR starts with a cold compile cache), SERVE_PORT (8011), SERVE_TIMEOUT_S (300).
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,27p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,28p' "$0"; exit 2; }
 OUT=$(mkdir -p "$1" && cd "$1" && pwd); shift
 STEPS=${*:-check prepare study export serve summary}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,13 +84,17 @@ step_study() {
               --workdir "$OUT/runs" --export "$OUT/best.yaml")
   [ -n "${N_TRIALS:-}" ] && args+=(--n-trials "$N_TRIALS")
   if [ -n "${STUDY_TIME_LIMIT_S:-}" ]; then
-    # SIGTERM makes the tuner stop like Ctrl-C: the trial in flight is dropped, the rest is kept (exit 130).
-    timeout -s TERM -k 60 "$STUDY_TIME_LIMIT_S" "$PY" "${args[@]}"
+    # --timeout starts no trial or engine expected to overrun the limit and exits 75. timeout(1) is only
+    # a backstop for an engine that overruns its estimate: its SIGTERM drops the trial in flight (exit 130).
+    args+=(--timeout "$STUDY_TIME_LIMIT_S")
+    timeout -s TERM -k 60 $((STUDY_TIME_LIMIT_S + 120)) "$PY" "${args[@]}"
   else
     "$PY" "${args[@]}"
   fi
   local rc=$?
-  [ $rc -eq 130 ] || [ $rc -eq 124 ] && echo "study stopped by STUDY_TIME_LIMIT_S; run the step again to resume" >&2
+  case $rc in
+    75|130|124) echo "study stopped by the time limit (STUDY_TIME_LIMIT_S); run the step again to resume" >&2 ;;
+  esac
   return $rc
 }
 

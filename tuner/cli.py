@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,9 +13,11 @@ from tuner.errors import UserError
 from tuner.redaction import mask_url, redact
 
 if TYPE_CHECKING:
-    from tuner.trial.optimize import OptimizeOptions
+    from tuner.trial.optimize import OptimizeOptions, StudyRunner
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# --timeout stopped the study before its end (sysexits' EX_TEMPFAIL): run the same command again to resume.
+EXIT_RESUMABLE = 75
 # Defaults for --storage and --tracking-uri: URLs with passwords stay out of the command line (and `ps`).
 STORAGE_ENV = "SPECDEC_TUNER_STORAGE"
 TRACKING_ENV = "SPECDEC_TUNER_TRACKING_URI"
@@ -25,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tuner",
         description="Find the fastest speculative-decoding setup for a vLLM deployment, by measurement.",
+        epilog=f"exit codes: {EXIT_OK} done, {EXIT_BAD_INPUT} bad input, {EXIT_FAILURE} anything else, "
+        f"{EXIT_RESUMABLE} stopped by --timeout and {EXIT_INTERRUPTED} interrupted (both: measured trials are kept; "
+        "run the same command again to resume)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -38,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--no-progress", action="store_true", help="print nothing while trials run")
     opt.add_argument("--workers", type=int, default=1, help="run N local worker processes on one study")
     opt.add_argument("--gpus-per-worker", type=int, default=1, help="GPUs each worker owns (with --workers)")
+    _add_timeout(opt)
 
     work = sub.add_parser("worker", help="join a study's shared storage and run trials until its budget is spent")
     work.add_argument("--study", required=True, type=Path, help="study YAML file")
@@ -52,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--n-trials", type=int, help="total trials for the study (default: budget.trials)")
     work.add_argument("--workdir", type=Path, help="per-trial engine logs and results (default: tuner-runs/)")
     work.add_argument("--no-progress", action="store_true")
+    _add_timeout(work)
 
     exp = sub.add_parser("export", help="write the best trial as a `vllm serve --config` YAML")
     exp.add_argument("--study", required=True, type=Path)
@@ -85,16 +93,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="wall-clock limit from the command's start: no trial or engine starts that is expected to overrun it "
+        f"(1.2 x the study's median engine time); then exit {EXIT_RESUMABLE} without confirming or exporting. "
+        "Run the same command again to resume",
+    )
+
+
+def _check_timeout(value: float | None) -> None:
+    if value is not None and not value > 0:  # NaN too
+        raise UserError(f"--timeout: must be more than 0 seconds (got {value:g}); fix: pass e.g. --timeout 3600")
+
+
 def _check_positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
         raise UserError(f"{flag}: must be at least 1 (got {value}); fix: pass a positive number")
 
 
-def _options(args: argparse.Namespace) -> OptimizeOptions:
+def _options(args: argparse.Namespace, started: float | None = None) -> OptimizeOptions:
     from tuner.trial.optimize import OptimizeOptions
 
     _check_positive(args.n_trials, "--n-trials")
+    _check_timeout(args.timeout)
     return OptimizeOptions(
+        timeout_s=args.timeout,
+        started=time.monotonic() if started is None else started,
         n_trials=args.n_trials,
         # optimize and worker: `optimize --workers` passes its URLs to its workers this way
         storage=args.storage or os.environ.get(STORAGE_ENV) or None,
@@ -105,35 +132,49 @@ def _options(args: argparse.Namespace) -> OptimizeOptions:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # --timeout counts from here, the heavy imports included
     from tuner.trial.optimize import optimize
 
-    optimize(args.study, _options(args))
-    return EXIT_OK
+    runner = optimize(args.study, _options(args, started))
+    return EXIT_RESUMABLE if runner.deadline.stopped else EXIT_OK
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # --timeout counts from here, the heavy imports included
     from tuner.trial.optimize import optimize, prepare_only
 
-    options = _options(args)
+    options = _options(args, started)
     _check_positive(args.workers, "--workers")
     _check_positive(args.gpus_per_worker, "--gpus-per-worker")
     if args.workers > 1:
         from tuner.trial.workers import run_workers
 
         runner = prepare_only(args.study, options)
+        if runner.study is not None and not runner.deadline.allows(runner.study.get_trials(deepcopy=False)):
+            runner.finish()
+            return _stopped(runner)
         codes = run_workers(runner, args.study, args.workers, args.gpus_per_worker, runner.workdir / "workers")
-        if any(codes):
+        if any(code not in (EXIT_OK, EXIT_RESUMABLE) for code in codes):
             print(f"error: worker exit codes {codes}; see {runner.workdir / 'workers'}", file=sys.stderr)
             return EXIT_FAILURE
         runner.finish()
+        if EXIT_RESUMABLE in codes:
+            runner.deadline.stop("the workers stopped before the budget")
     else:
         runner = optimize(args.study, options)
+    # An unfinished study declares no winner: confirmation, schedule and export wait for the run that ends it.
+    if runner.deadline.stopped:
+        return _stopped(runner)
     from tuner.trial.confirm import confirm_study
 
     confirm_study(runner)  # finalists in fresh engines, before anything declares a winner
+    if runner.deadline.stopped:
+        return _stopped(runner)
     from tuner.trial.schedule_check import validate_schedule
 
     validate_schedule(runner)  # a k per batch size, validated in a fresh engine (schedule.enabled)
+    if runner.deadline.stopped:
+        return _stopped(runner)
     if runner.study is not None and runner.tracker is not None:
         from tuner.outputs.report import log_study_artifacts
 
@@ -147,6 +188,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             print(f"best configuration written to {args.export}", file=sys.stderr)
         print(text)
     return EXIT_OK
+
+
+def _stopped(runner: StudyRunner) -> int:
+    if runner.tracker is not None:
+        _print_trials_url(runner.tracker.tracking_uri, runner.tracker.experiment_id)
+    return EXIT_RESUMABLE
 
 
 def _print_trials_url(tracking_uri: str, experiment_id: str) -> None:

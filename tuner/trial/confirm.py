@@ -257,6 +257,8 @@ def confirm_study(runner: StudyRunner) -> Confirmation | None:
         for round_, finalist in conf.plan():
             if conf.measured(round_, finalist.trial) is not None:
                 continue
+            if not runner.deadline.allows(study.get_trials(deepcopy=False), "a confirmation engine"):
+                return conf  # unfinished: no decision yet; the next run resumes here
             run = _measure(runner, conf, round_, finalist)
             conf.engines.append(run)
             study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))  # durable before the next engine

@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -31,6 +31,7 @@ from tuner.study.preflight_cache import CACHE_FILE, cached_preflight
 from tuner.study.prompts import load_prompts
 from tuner.study.space import baseline_params, first_trial_params, grid
 from tuner.trial.coordination import Heartbeat, study_lock
+from tuner.trial.deadline import Deadline
 from tuner.trial.execute import TrialExecutor
 from tuner.trial.prepared import PreparedStudy, TrialFailed
 from tuner.trial.progress import ProgressView
@@ -50,6 +51,8 @@ class OptimizeOptions:
     tracking_uri: str | None = None
     workdir: Path | None = None
     show_progress: bool = True
+    timeout_s: float | None = None  # --timeout: counted from `started`, the command's start
+    started: float = field(default_factory=time.monotonic)
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -71,6 +74,7 @@ class StudyRunner:
         self.tracking_uri = options.tracking_uri or config.tracking.uri
         self.workdir = ((options.workdir or Path("tuner-runs")) / config.name).resolve()
         self.show_progress = options.show_progress
+        self.deadline = Deadline(options.timeout_s, options.started)
         self.study: optuna.Study | None = None  # set by prepare(); what the CLI's end-of-study steps read
         self.tracker: Tracker | None = None
         self.parent_run: str = ""
@@ -220,7 +224,8 @@ class StudyRunner:
         """Atomically across workers: ask for a trial only while the budget has room.
 
         Trials other workers are running count against the budget; while they run, this worker
-        waits rather than exits, so it can retry one whose worker dies.
+        waits rather than exits, so it can retry one whose worker dies. With ``--timeout``, no trial
+        starts that is expected to overrun it (tuner.trial.deadline).
         """
         while True:
             with self._lock():
@@ -231,7 +236,9 @@ class StudyRunner:
                 if used >= self.budget or self._nothing_new(ps, trials):
                     return None
                 if used + running < self.budget:
-                    return ps.study.ask()
+                    return ps.study.ask() if self.deadline.allows(trials, "a trial") else None
+            if self.deadline.expired():
+                return None
             time.sleep(store.HEARTBEAT_S)
 
     def _nothing_new(self, ps: PreparedStudy, trials: list[FrozenTrial]) -> bool:

@@ -215,6 +215,8 @@ def validate_schedule(runner: StudyRunner) -> ScheduleRun | None:
             _say(runner, "the stored validation engine of this schedule is reused")
             for field in ("metrics", "failure", "engine", "measured_on", "wall_s", "mlflow_run_id"):
                 setattr(run, field, getattr(stored, field))
+        elif not runner.deadline.allows(study.get_trials(deepcopy=False), "the schedule-validation engine"):
+            return None  # nothing stored: the next run measures it
         else:
             _measure(runner, run, schedule)
             study.set_user_attr(SCHEDULE_ATTR, run.model_dump(mode="json"))  # durable before the verdict

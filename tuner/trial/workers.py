@@ -63,7 +63,15 @@ def worker_command(runner: StudyRunner, study_path: Path) -> list[str]:
         str(runner.budget),
         "--workdir",
         str(runner.workdir.parent),
+        *_timeout_args(runner),
     ]
+
+
+def _timeout_args(runner: StudyRunner) -> list[str]:
+    """The workers stop by this command's --timeout: they get what is left of it."""
+    if runner.deadline.timeout_s is None:
+        return []
+    return ["--timeout", f"{max(runner.deadline.left(), 0.001):.3f}"]
 
 
 def worker_env(runner: StudyRunner, devices: str | None, cores: str | None) -> dict[str, str]:
