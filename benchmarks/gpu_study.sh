@@ -24,7 +24,7 @@
 # Environment: PYTHON (python3), STUDY (studies/smollm2-h200.yaml), PREPARE_ARGS (e.g. --wide for
 # studies/wide-h200.yaml), N_TRIALS (default: the study's
 # budget.trials), STUDY_TIME_LIMIT_S (whole seconds: the tuner's --timeout, so the study starts no trial it
-# expects to overrun them and exits 75; timeout(1) kills it 120 s later as a backstop; it resumes next time),
+# expects to overrun them and exits 75; timeout(1) kills it 30 s later as a backstop; it resumes next time),
 # SPECDEC_TUNER_CACHE (default OUTDIR/cache), VLLM_CACHE_ROOT (default OUTDIR/vllm-cache, so a fresh
 # OUTDIR starts with a cold compile cache), SERVE_PORT (8011), SERVE_TIMEOUT_S (300).
 set -uo pipefail
@@ -87,7 +87,7 @@ step_study() {
     # --timeout starts no trial or engine expected to overrun the limit and exits 75. timeout(1) is only
     # a backstop for an engine that overruns its estimate: its SIGTERM drops the trial in flight (exit 130).
     args+=(--timeout "$STUDY_TIME_LIMIT_S")
-    timeout -s TERM -k 60 $((STUDY_TIME_LIMIT_S + 120)) "$PY" "${args[@]}"
+    timeout -s TERM -k 20 $((STUDY_TIME_LIMIT_S + 30)) "$PY" "${args[@]}"
   else
     "$PY" "${args[@]}"
   fi
