@@ -1,9 +1,45 @@
 #!/usr/bin/env bash
 # Install and run every check: lint, types, unit tests and the real-engine tests (CPU vLLM).
+#   bash scripts/test.sh            everything; pytest as two processes side by side (below)
+#   bash scripts/test.sh ARGS...    one pytest with these arguments (a file, -k, -m "not engine", ...)
+# A CPU vLLM engine computes on one core, so on a machine with two or more cores the tests that share the
+# session's real study (tests/conftest.py: real_study) run in one pytest pinned to half of the cores and
+# everything else in another pinned to the other half: each engine keeps a core to itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-cpu.sh
 bash scripts/install-services.sh
 .venv/bin/ruff check tuner tests benchmarks
 .venv/bin/mypy
-.venv/bin/python -m pytest "$@"
+if [ $# -gt 0 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+read -r CORES_A CORES_B < <(.venv/bin/python -c '
+import os
+cpus = sorted(os.sched_getaffinity(0))
+half = len(cpus) // 2
+print(",".join(map(str, cpus[:half])) or "-", ",".join(map(str, cpus[half:])))')
+if [ "$CORES_A" = "-" ] || ! command -v taskset > /dev/null; then
+  exec .venv/bin/python -m pytest
+fi
+# Built once here: two pytest processes would otherwise both build the demo models at the same time.
+.venv/bin/python -m tuner models prepare-demo
+REAL=(tests/test_engine_study.py tests/test_schedule_engine.py tests/test_interrupt.py tests/test_engine_failures.py)
+OTHERS=()
+for f in "${REAL[@]}"; do OTHERS+=(--ignore "$f"); done
+tmp=$(mktemp -d)
+run() {  # name cores pytest-args...: one pytest on its cores, each output line prefixed with its name
+  local name=$1 cores=$2
+  shift 2
+  taskset -c "$cores" .venv/bin/python -m pytest -p no:cacheprovider --basetemp "$tmp/$name" "$@" 2>&1 \
+    | sed -u "s/^/[$name] /"
+}
+echo "pytest in two processes: [real] on cores $CORES_A (${REAL[*]}), [rest] on cores $CORES_B (every other test)"
+run real "$CORES_A" "${REAL[@]}" &
+real=$!
+run rest "$CORES_B" "${OTHERS[@]}" &
+rest=$!
+status=0
+wait $real || status=$?
+wait $rest || status=$?
+exit $status
