@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call on the offline H200 (see docs/benchmarks.md, "Running on the H200"): install the offline
 # bundle once per machine, then run gpu_study.sh steps on a results folder that lives as long as the machine,
-# and copy the results files to $OUT so they come back.
+# and copy the results files to $OUT so they come back (optuna.db and mlflow.db too: a study that needs
+# more than one session resumes from them, copied back into RESULTS_DIR before its next `study` step).
 #
 #   bash benchmarks/gpu_session.sh RESULTS_DIR STEP ...
 #
@@ -18,7 +19,7 @@ export PYTHONPATH=/tmp/site SPECDEC_TUNER_GGUF=${SPECDEC_TUNER_GGUF:-$(ls /root/
 bash benchmarks/gpu_study.sh "$results" "$@"
 rc=$?
 if [ -n "${OUT:-}" ]; then
-  for f in grid.json study_summary.json comparison.json machine.json timings.jsonl best.yaml optuna.db; do
+  for f in grid.json study_summary.json comparison.json machine.json timings.jsonl best.yaml optuna.db mlflow.db; do
     [ -f "$results/$f" ] && cp "$results/$f" "$OUT/"
   done
 fi
