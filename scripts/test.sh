@@ -2,9 +2,10 @@
 # Install and run every check: lint, types, unit tests and the real-engine tests (CPU vLLM).
 #   bash scripts/test.sh            everything; pytest as two processes side by side (below)
 #   bash scripts/test.sh ARGS...    one pytest with these arguments (a file, -k, -m "not engine", ...)
-# A CPU vLLM engine computes on one core, so on a machine with two or more cores the tests that share the
-# session's real study (tests/conftest.py: real_study) run in one pytest pinned to half of the cores and
-# everything else in another pinned to the other half: each engine keeps a core to itself.
+# A CPU vLLM engine computes on one core, so on a machine with two or more cores pytest runs as two
+# processes, each pinned to half of the cores, and each engine keeps a core to itself: [a] the tests that
+# share the session's real study (tests/conftest.py: real_study) and the worker tests, about half of the
+# time (2026-12-02 CI durations); [b] every other test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-cpu.sh
@@ -24,9 +25,10 @@ if [ "$CORES_A" = "-" ] || ! command -v taskset > /dev/null; then
 fi
 # Built once here: two pytest processes would otherwise both build the demo models at the same time.
 .venv/bin/python -m tuner models prepare-demo
-REAL=(tests/test_engine_study.py tests/test_schedule_engine.py tests/test_interrupt.py tests/test_engine_failures.py)
-OTHERS=()
-for f in "${REAL[@]}"; do OTHERS+=(--ignore "$f"); done
+A=(tests/test_engine_study.py tests/test_schedule_engine.py tests/test_interrupt.py tests/test_engine_failures.py
+   tests/test_workers.py)
+B=()
+for f in "${A[@]}"; do B+=(--ignore "$f"); done
 tmp=$(mktemp -d)
 run() {  # name cores pytest-args...: one pytest on its cores, each output line prefixed with its name
   local name=$1 cores=$2
@@ -34,12 +36,12 @@ run() {  # name cores pytest-args...: one pytest on its cores, each output line 
   taskset -c "$cores" .venv/bin/python -m pytest -p no:cacheprovider --basetemp "$tmp/$name" "$@" 2>&1 \
     | sed -u "s/^/[$name] /"
 }
-echo "pytest in two processes: [real] on cores $CORES_A (${REAL[*]}), [rest] on cores $CORES_B (every other test)"
-run real "$CORES_A" "${REAL[@]}" &
-real=$!
-run rest "$CORES_B" "${OTHERS[@]}" &
-rest=$!
+echo "pytest in two processes: [a] on cores $CORES_A (${A[*]}), [b] on cores $CORES_B (every other test)"
+run a "$CORES_A" "${A[@]}" &
+a=$!
+run b "$CORES_B" "${B[@]}" &
+b=$!
 status=0
-wait $real || status=$?
-wait $rest || status=$?
+wait $a || status=$?
+wait $b || status=$?
 exit $status
