@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FAKE_ENGINE = "tests.fake_engine"
 
 # An offline vLLM engine otherwise spawns an engine-core and a worker process, each importing torch and vLLM
-# again: on the 2-core CI class machine an eager start took 34-39 s that way and 6-8 s in-process, with the
-# same tokens (2026-12-02). The tuner's engines inherit this from the tests; users' engines keep vLLM's
+# again: on the 2-core CI class machine an eager start with a draft took 27.1 s that way and 7.0 s
+# in-process (benchmarks/engine_start.py, 2026-12-02). The tuner's engines inherit this from the tests; users' engines keep vLLM's
 # default. Only vllm.LLM reads it (`vllm serve` keeps its processes). Tests about vLLM's own process tree
 # set MULTIPROCESS back.
 MULTIPROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
