@@ -93,10 +93,17 @@ def test_hopeless_draft_is_pruned(tmp_path: Path, fake_engine: str) -> None:
     assert (store.trial_record(trial).pruning_saved_s or 0) > 0
 
 
-def test_resume_keeps_trials_and_reaches_the_budget(tmp_path: Path, fake_engine: str) -> None:
+def test_resume_keeps_trials_and_reaches_the_budget(
+    tmp_path: Path, fake_engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = study_dict(tmp_path)
     assert _run(tmp_path, data, "--n-trials", "2") == 0
-    assert _run(tmp_path, data, "--n-trials", "4") == 0
+    capsys.readouterr()
+    path = write_study(tmp_path, data)
+    argv = ["optimize", "--study", str(path), "--workdir", str(tmp_path / "runs"), "--n-trials", "4"]
+    assert main(argv) == 0  # with progress lines (plain: stderr is no terminal here)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "; best: " in line]
+    assert lines and "best: -" not in lines[0]  # a resumed study shows its best from the first line on
     study = _load(data)
     assert store.budget_used(study) == 4
     baselines = [t for t in study.get_trials() if (s := store.trial_spec(t)) and s.is_baseline]
@@ -210,6 +217,35 @@ def test_speculative_win_beyond_the_engine_spread_is_exported(tmp_path: Path, fa
     assert report.paid and report.chosen is not None and report.chosen.number == 1
     assert "**Confirmation in fresh engines**" in render_markdown(report)
     assert any("WINS beyond" in line for line in report.confirmation)
+
+
+def test_confirmation_is_skipped_when_speculation_is_clearly_behind(tmp_path: Path, fake_engine: str) -> None:
+    """At half the baseline's throughput no pair of fresh engines could honestly reverse the order: no engine
+    is started, the baseline is served and the file says why; switching the skip off measures them."""
+    data = study_dict(tmp_path, budget={"trials": 2, "trial_timeout_s": 60})
+    data["pruning"] = {"enabled": False}
+    data["confirm"] = {"rounds": 2}
+    data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": 3}]
+    data["target"]["engine_args"].update(
+        {"fake_spec_gain": 0.5, "fake_launch_file": str(tmp_path / "launches"), "fake_engine_factors": [1.0] * 6}
+    )
+    assert _run(tmp_path, data, "--export", str(tmp_path / "best.yaml")) == 0
+    assert (tmp_path / "launches").read_text() == "2"  # the two trials, no confirmation engine
+    study = _load(data)
+    conf = confirm.current(study)
+    assert conf is not None and conf.complete and conf.engines == [] and "trial 1" in conf.skipped
+    assert conf.decide().winner is None
+    text = (tmp_path / "best.yaml").read_text()
+    assert "speculative-config" not in text and "came within the study's noise" in text
+    assert "none needed" in text and "confirm.skip_when_behind" in text
+    parent = MlflowClient(data["tracking"]["uri"]).get_run(study.user_attrs[store.PARENT_RUN])
+    assert parent.data.tags["confirm.winner"] == "none"
+
+    data["confirm"] = {"rounds": 2, "skip_when_behind": False}
+    assert _run(tmp_path, data) == 0
+    assert (tmp_path / "launches").read_text() == "6"  # now the four engines
+    conf = confirm.current(_load(data))
+    assert conf is not None and not conf.skipped and conf.complete and len(conf.engines) == 4
 
 
 def test_interrupted_confirmation_resumes_without_remeasuring(tmp_path: Path, fake_engine: str) -> None:

@@ -57,7 +57,10 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     if baseline is not None:
         lines += _baseline_lines(study, metrics, _metrics(baseline), baseline.number)
     conf = confirm.current(study)
-    if not paid and conf is not None and conf.complete:
+    if not paid and conf is not None and conf.skipped:
+        lines.append("# VERDICT: no speculative configuration came within the study's noise of the baseline;")
+        lines.append("#          this file serves WITHOUT speculation.")
+    elif not paid and conf is not None and conf.complete:
         lines.append(
             "# VERDICT: no speculative configuration beat the baseline beyond the spread between fresh engines;"
         )

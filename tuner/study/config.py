@@ -267,6 +267,12 @@ class ConfirmConfig(StrictModel):
     repeats: int | None = Field(
         default=None, ge=1, description="Repeats per batch size in each engine (default: workload.repeats)."
     )
+    skip_when_behind: bool = Field(
+        default=True,
+        description="Measure no fresh engine when the best speculative trial is more than the study's noise "
+        "(pruning's rule: the largest repeat-to-repeat spread, at least 3%) below no speculation: the baseline is "
+        "served either way, and only noise could make fresh engines say otherwise.",
+    )
 
 
 class ScheduleConfig(StrictModel):

@@ -11,6 +11,10 @@ engines (per batch size: the engine's median tokens/s over the median of the bas
 weighted by ``workload.batch_weights``). A speculative finalist wins when its **lowest** engine value is
 above the baseline's **highest** (min A > max B): no pairing of engines reverses the order.
 
+No engine is started when the best speculative trial is already more than the study's noise below
+no speculation (``confirm.skip_when_behind``, pruning's noise): the baseline is served, and the stored
+confirmation says why no engine was measured.
+
 Every engine's result is written to the Optuna study (user attribute ``confirmation``) as soon as it is
 measured: an interrupted confirmation resumes where it stopped and loses nothing measured; ``export``
 and ``report`` read the decision from there.
@@ -77,9 +81,12 @@ class Confirmation(BaseModel):
     repeats: int
     weights: dict[int, float]
     engines: list[EngineRun] = []
+    skipped: str = ""  # why no fresh engine was needed (confirm.skip_when_behind); the baseline is served
 
     def plan(self) -> list[tuple[int, Finalist]]:
         """Interleaved: round 1 A, B; round 2 A, B; ..."""
+        if self.skipped:
+            return []
         return [(r, f) for r in range(self.rounds) for f in self.finalists]
 
     def measured(self, round_: int, trial: int) -> EngineRun | None:
@@ -115,6 +122,8 @@ class Confirmation(BaseModel):
         specs = [f for f in self.finalists if not f.is_baseline]
         if base is None:
             return Decision(winner=None, baseline=None, speculative=[], note="no baseline finalist")
+        if self.skipped:
+            return Decision(winner=None, baseline=None, speculative=[], note=self.skipped)
         if not self._reference():
             return Decision(winner=None, baseline=None, speculative=[], note="no baseline engine completed")
         value = self.engine_value
@@ -156,6 +165,8 @@ class Confirmation(BaseModel):
         if not self.complete:
             done = len(self.engines)
             return [f"confirmation in fresh engines incomplete ({done} of {len(self.plan())} engines measured)"]
+        if self.skipped:
+            return [f"not confirmed in fresh engines, none needed: {self.skipped}"]
         d = self.decide()
         from tuner.results.scoring import SLO_RATE_LEVEL
 
@@ -243,13 +254,26 @@ def confirm_study(runner: StudyRunner) -> Confirmation | None:
         return None
     finalists = _finalists(specs, base)
     conf = load(study)
-    if conf is None or not conf.same_finalists(finalists) or conf.rounds != config.confirm.rounds:
+    behind = clearly_behind(study, config, specs[0]) if config.confirm.skip_when_behind else ""
+    if conf is not None and conf.skipped and not (behind and conf.same_finalists(finalists)):
+        conf = None  # a skip the study or its settings no longer support; it measured nothing to keep
+    same = conf is not None and conf.same_finalists(finalists)
+    if behind and not (same and conf is not None and conf.engines):  # measured engines are kept, never dropped
         conf = Confirmation(
             finalists=finalists,
             rounds=config.confirm.rounds,
             repeats=config.confirm.repeats or config.workload.repeats,
             weights=_weights(config),
-            engines=[e for e in (conf.engines if conf and conf.same_finalists(finalists) else [])],
+            skipped=behind,
+        )
+        study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))
+    elif conf is None or not same or conf.rounds != config.confirm.rounds:
+        conf = Confirmation(
+            finalists=finalists,
+            rounds=config.confirm.rounds,
+            repeats=config.confirm.repeats or config.workload.repeats,
+            weights=_weights(config),
+            engines=[e for e in (conf.engines if conf and same else [])],
         )
         study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -266,6 +290,30 @@ def confirm_study(runner: StudyRunner) -> Confirmation | None:
         signal.signal(signal.SIGTERM, previous)
     _log_decision(runner, conf)
     return conf
+
+
+def clearly_behind(study: optuna.Study, config: StudyConfig, best_spec: FrozenTrial) -> str:
+    """Why fresh engines cannot matter, or "": the best speculative trial's weighted speedup is more than the
+    study's noise below 1 (tuner.trial.pruning's noise: the largest spread between one engine's repeats at any
+    measured level, at least 3%). Under the goodput objective the SLO search decides: always confirmed."""
+    from tuner.results.scoring import SLO_RATE_LEVEL
+    from tuner.trial.pruning import study_noise
+
+    if list(_weights(config)) == [SLO_RATE_LEVEL]:
+        return ""
+    metrics = store.scored_metrics(study, best_spec)
+    spec = store.trial_spec(best_spec)
+    if metrics is None or metrics.speedup is None or spec is None:
+        return ""
+    done = store.completed(study)
+    noise = max(study_noise(done, level) for level in config.workload.batch_sizes)
+    if metrics.speedup >= 1.0 - noise:
+        return ""
+    return (
+        f"the best speculative trial, {spec.label()} (trial {best_spec.number}), measured {metrics.speedup:.2f}x "
+        f"no speculation, more than the study's noise ({noise:.0%}) below it; no speculation is served "
+        "(confirm.skip_when_behind)"
+    )
 
 
 def _weights(config: StudyConfig) -> dict[int, float]:

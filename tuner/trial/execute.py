@@ -158,16 +158,20 @@ class TrialExecutor:
             )
 
     def _best_label(self, score: float, spec: TrialSpec) -> str | None:
+        held = self.best_so_far()
+        if held is None or score >= held[1]:
+            return f"{spec.label()} (score {score:.3f})"
+        return held[0]
+
+    def best_so_far(self) -> tuple[str, float] | None:
+        """The study's best trial as the progress line shows it, and its score (a resumed study has one)."""
         study = self.ps.study
         best = store.best_trial(study)
-        best_metrics = store.scored_metrics(study, best) if best else None
-        best_score = best_metrics.score if best_metrics else float("-inf")
-        if score >= best_score:
-            return f"{spec.label()} (score {score:.3f})"
-        if best is not None:
-            bspec = store.trial_spec(best)
-            return f"{bspec.label() if bspec else best.number} (score {best_score:.3f})"
-        return None
+        metrics = store.scored_metrics(study, best) if best else None
+        if best is None or metrics is None:
+            return None
+        spec = store.trial_spec(best)
+        return f"{spec.label() if spec else best.number} (score {metrics.score:.3f})", metrics.score
 
 
 def _fmt_speedup(value: float | None) -> str:

@@ -205,6 +205,8 @@ class StudyRunner:
             self._enqueue_baselines(ps)
         view = ProgressView(self.config.name, self.budget, store.budget_used(ps.study), self.show_progress)
         executor = TrialExecutor(ps, view)
+        if (held := executor.best_so_far()) is not None:
+            view.best = held[0]  # resumed: the best so far, not "-" until the next trial ends
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         status = "KILLED"
