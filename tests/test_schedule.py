@@ -61,7 +61,9 @@ def test_a_constant_schedule_is_no_schedule() -> None:
     d = derive("ngram", 2, options, [1, 4], NOISE)
     assert d.schedule is None and "constant: k=3" in d.note and [c.k for c in d.levels] == [3, 3]
     d = derive("ngram", 2, [_opt(0, 0, bs1=50, bs4=100), _opt(3, 2, bs1=40, bs4=80)], [1, 4], NOISE)
-    assert d.schedule is None and "no speculation" in d.note
+    assert d.schedule is None and "no speculation" in d.note and d.drafter == "ngram"
+    # what k=0 won against, kept for the export's numbers
+    assert [(c.best_spec_k, c.best_spec_tokens_per_s) for c in d.levels] == [(3, 40), (3, 80)]
     assert derive("ngram", 2, options, [1], NOISE).note.startswith("one measured level")
 
 

@@ -142,6 +142,24 @@ def test_a_schedule_kept_out_says_why_and_the_disabled_one_is_not_reported(
     assert f"- no batch-size schedule: {note}" in md and "| 1 | k=3 |" not in md
     assert "<h2>Batch-size schedule</h2>" in render_html(report)
 
+    # no speculation at every level: the export and the report give per level the numbers k=0 won by
+    from tuner.outputs.export import render_export
+    from tuner.results.schedule import Option, derive
+
+    options = [
+        Option(k=0, trial=0, tokens_per_s={1: 50.0, 4: 100.0}, speedup={1: 1.0, 4: 1.0}),
+        Option(k=3, trial=1, tokens_per_s={1: 40.0, 4: 80.0}, speedup={1: 0.8, 4: 0.8}),
+    ]
+    derivation = derive("ngram lookup 1-3 eager", 1, options, [1, 4], {1: 0.05, 4: 0.05})
+    static = schedule_check.ScheduleRun(basis=run.basis, derivation=derivation)
+    study.set_user_attr(schedule_check.SCHEDULE_ATTR, static.model_dump())
+    line = "batch 1: k=0 (no speculation) (trial 0: 50.0 tok/s, 1.00x); fastest k=3: 40.0 tok/s = 0.80x; noise 5%"
+    exported = render_export(_load(data))
+    assert "# per batch size, the k chosen against ngram lookup 1-3 eager's fastest k there:" in exported
+    assert f"#   {line}\n" in exported
+    report = build_report(_load(data))
+    assert f"  - {line}" in render_markdown(report) and 'id="schedule-static"' in render_html(report)
+
     # switched off: optimize drops the stored run, the report has no section and no plot
     data["schedule"] = {"enabled": False}
     with pytest.MonkeyPatch.context() as mp:

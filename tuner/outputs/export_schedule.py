@@ -119,4 +119,25 @@ def schedule_lines(study: optuna.Study) -> list[str]:
     lines = [f"# {run.outcome()}"]
     if run.schedule is not None and run.verdict is not None:
         lines += level_lines(run)
+    lines += [f"# {line}" for line in static_answer_lines(study, run)]
+    return lines
+
+
+def static_answer_lines(study: optuna.Study, run: ScheduleRun) -> list[str]:
+    """Without a schedule, why one k everywhere: per level the chosen k against the drafter's fastest k."""
+    from tuner.results import store
+
+    derivation = run.derivation
+    if run.schedule is not None or not derivation.levels:
+        return []
+    metrics = store.trial_metrics(study.trials[derivation.levels[0].trial])
+    name = level_name(metrics.mode if metrics is not None else "offline")
+    lines = [f"per {name} size, the k chosen against {derivation.drafter or 'the drafter'}'s fastest k there:"]
+    for choice in derivation.levels:
+        line = f"  {name} {choice.level}: {choice_text(choice)}"
+        if choice.best_spec_k is not None and choice.best_spec_tokens_per_s is not None and choice.k == 0:
+            speed = f" = {choice.best_spec_speedup:.2f}x" if choice.best_spec_speedup is not None else ""
+            line += f"; fastest k={choice.best_spec_k}: {choice.best_spec_tokens_per_s:.1f} tok/s{speed}"
+        lines.append(f"{line}; noise {choice.noise:.0%}")
+    lines.append(f"rule: {RULE}")
     return lines

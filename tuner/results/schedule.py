@@ -61,6 +61,10 @@ class LevelChoice(BaseModel):
     fastest_k: int  # the fastest option's k at this level
     fastest_tokens_per_s: float
     noise: float
+    # The drafter's fastest k > 0 at this level: what k=0 was measured against (why a static answer won).
+    best_spec_k: int | None = None
+    best_spec_tokens_per_s: float | None = None
+    best_spec_speedup: float | None = None
 
 
 class ScheduleRange(BaseModel):
@@ -93,6 +97,7 @@ class Schedule(BaseModel):
 
 
 class Derivation(BaseModel):
+    drafter: str = ""  # the drafter's label without k (also when the answer is static)
     schedule: Schedule | None = None
     levels: list[LevelChoice] = []
     note: str = ""  # why there is no schedule
@@ -106,6 +111,7 @@ def choose_k(level: int, options: Sequence[Option], noise: float) -> LevelChoice
     fastest = max(measured, key=lambda o: (o.tokens_per_s[level], -o.k))
     floor = fastest.tokens_per_s[level] * (1.0 - noise)
     chosen = min((o for o in measured if o.tokens_per_s[level] >= floor), key=lambda o: o.k)
+    spec = max((o for o in measured if o.k > 0), key=lambda o: (o.tokens_per_s[level], -o.k), default=None)
     return LevelChoice(
         level=level,
         k=chosen.k,
@@ -115,6 +121,9 @@ def choose_k(level: int, options: Sequence[Option], noise: float) -> LevelChoice
         fastest_k=fastest.k,
         fastest_tokens_per_s=fastest.tokens_per_s[level],
         noise=noise,
+        best_spec_k=spec.k if spec else None,
+        best_spec_tokens_per_s=spec.tokens_per_s[level] if spec else None,
+        best_spec_speedup=spec.speedup.get(level) if spec else None,
     )
 
 
@@ -156,9 +165,9 @@ def derive(
         k = parts[0].k
         what = f"k={k}" if k else "no speculation (k=0)"
         note = f"constant: {what} at every level, within noise; a static configuration is the answer"
-        return Derivation(levels=choices, note=note)
+        return Derivation(drafter=drafter, levels=choices, note=note)
     schedule = Schedule(drafter=drafter, trial=drafter_trial, levels=choices, ranges=parts, cap=cap)
-    return Derivation(schedule=schedule, levels=choices)
+    return Derivation(drafter=drafter, schedule=schedule, levels=choices)
 
 
 # -- validation ----------------------------------------------------------------------------------------

@@ -206,6 +206,9 @@ def _schedule(report: StudyReport) -> list[str]:
     if body:
         parts.append('<div id="schedule">' + _html_table(header, body) + "</div>")
     parts += [f'<p class="note">note: {esc(c)}</p>' for c in section.caveats]
+    if section.static_answer:
+        items = "".join(f"<li>{esc(line)}</li>" for line in section.static_answer[1:])
+        parts.append(f'<p>{esc(section.static_answer[0])}</p><ul id="schedule-static">{items}</ul>')
     if section.rules:
         parts.append(f'<p class="meta">Rules: {esc(section.rules)}.</p>')
     return parts

@@ -28,6 +28,8 @@ def _schedule(report: StudyReport) -> list[str]:
     if section.ranges:
         out.append(f"- ranges (`num_speculative_tokens_per_batch_size`): {'; '.join(section.ranges)}")
     out += [f"- note: {c}" for c in section.caveats]
+    if section.static_answer:
+        out += [f"- {section.static_answer[0]}"] + [f"  - {line}" for line in section.static_answer[1:]]
     out.append("")
     header, body = schedule_table(section, report.level_noun)
     if body:

@@ -21,6 +21,7 @@ class ScheduleSection:
     ranges: list[str] = field(default_factory=list)  # "1-3: k=3"
     rules: str = ""
     caveats: list[str] = field(default_factory=list)
+    static_answer: list[str] = field(default_factory=list)  # no schedule: per level, k=0 against the drafter's best
 
     @property
     def exported(self) -> bool:
@@ -44,6 +45,7 @@ def schedule_section(study: optuna.Study, config: StudyConfig | None) -> Schedul
         section.ranges = [r.text() for r in schedule.ranges]
         section.rules = f"{RULE}; the last range runs to {schedule.cap}; {VALIDATION_RULE}"
         section.caveats = [line.removeprefix("# note: ") for line in export_schedule.caveat_lines(run)]
+    section.static_answer = [line.strip() for line in export_schedule.static_answer_lines(study, run)]
     return section
 
 
