@@ -7,7 +7,7 @@ from typing import Any
 
 import optuna
 import pytest
-from optuna.trial import create_trial
+from optuna.trial import TrialState, create_trial
 
 from tests.conftest import study_dict, write_study
 from tuner.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_RESUMABLE, main
@@ -22,8 +22,10 @@ REPEAT_S = 3.0  # each stand-in trial: 2 repeats of this, plus about 0.6 s of en
 TIMEOUT_S = 12.0  # room for one trial after start-up (1.2 x ~6.6 s), never for two (2.2 x >= 6 s)
 
 
-def _trial(wall_s: float | None) -> optuna.trial.FrozenTrial:
+def _trial(wall_s: float | None, pruned: bool = False) -> optuna.trial.FrozenTrial:
     record = {"engine_wall_s": wall_s} if wall_s is not None else {}
+    if pruned:
+        return create_trial(state=TrialState.PRUNED, user_attrs={"record": record})
     return create_trial(value=1.0, user_attrs={"record": record})
 
 
@@ -41,6 +43,9 @@ def test_deadline_estimates_from_the_median_engine_time(capsys: pytest.CaptureFi
     assert deadline.allows([])  # nothing measured: no estimate, start while time is left
     trials = [_trial(10.0), _trial(30.0), _trial(20.0), _trial(None)]
     assert expected_engine_s(trials) == pytest.approx(24.0)  # 1.2 x median 20
+    # Pruned trials stopped early: they do not shorten the estimate, unless nothing completed yet.
+    assert expected_engine_s([*trials, _trial(2.0, pruned=True), _trial(3.0, pruned=True)]) == pytest.approx(24.0)
+    assert expected_engine_s([_trial(2.0, pruned=True), _trial(4.0, pruned=True)]) == pytest.approx(3.6)
     clock.now = 76.0
     assert deadline.allows(trials)  # 76 + 24 = 100: fits exactly
     assert not deadline.stopped

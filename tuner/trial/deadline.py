@@ -63,8 +63,14 @@ class Deadline:
 
 
 def expected_engine_s(trials: Iterable[FrozenTrial]) -> float | None:
-    """MARGIN x the median engine wall time of the study's trials so far (None before any engine ran)."""
+    """MARGIN x the median engine wall time of the study's completed trials so far (of all its trials while
+    none completed; None before any engine ran). A pruned trial's engine stopped early: counting it would
+    promise time that the next trial, which may well run to the end, does not have."""
+    from optuna.trial import TrialState
+
     from tuner.results import store
 
-    walls = [float(w) for t in trials if (w := store.record_value(t, "engine_wall_s")) is not None]
+    measured = [(t.state, float(w)) for t in trials if (w := store.record_value(t, "engine_wall_s")) is not None]
+    complete = [w for state, w in measured if state == TrialState.COMPLETE]
+    walls = complete or [w for _, w in measured]
     return MARGIN * statistics.median(walls) if walls else None
