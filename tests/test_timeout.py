@@ -18,8 +18,10 @@ from tuner.trial.deadline import Deadline, expected_engine_s
 from tuner.trial.optimize import OptimizeOptions, StudyRunner
 from tuner.trial.workers import worker_command
 
-REPEAT_S = 3.0  # each stand-in trial: 2 repeats of this, plus about 0.6 s of engine start
-TIMEOUT_S = 12.0  # room for one trial after start-up (1.2 x ~6.6 s), never for two (2.2 x >= 6 s)
+REPEAT_S = 4.0  # each stand-in trial: 2 repeats of this, plus about 0.6 s of engine start
+# Room for one trial (1.2 x ~8.6 s = ~10.3 s) while the command's start-up takes under ~7.7 s (a busy CI
+# host), never for two (8.6 s + 10.3 s > 18 s whatever the start-up).
+TIMEOUT_S = 18.0
 
 
 def _trial(wall_s: float | None, pruned: bool = False) -> optuna.trial.FrozenTrial:
