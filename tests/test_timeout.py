@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 import pytest
+from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState, create_trial
 
 from tests.conftest import study_dict, write_study
@@ -108,11 +109,15 @@ def test_timeout_stops_between_trials_and_the_same_command_resumes(
     notes = [line for line in err.splitlines() if line.startswith("note: --timeout:")]
     assert len(notes) == 1 and "a trial takes about" in notes[0] and "Run the same command again" in notes[0]
     assert not export.exists()  # unfinished: no winner declared
+    parent = MlflowClient(data["tracking"]["uri"]).get_run(study.user_attrs[store.PARENT_RUN])
+    assert parent.data.tags["study.state"].startswith("unfinished: stopped by --timeout")
 
     assert main(command) == EXIT_OK
     assert "--timeout" not in capsys.readouterr().err
     assert store.budget_used(study) == 3
     assert "speculative-config" in export.read_text()
+    parent = MlflowClient(data["tracking"]["uri"]).get_run(study.user_attrs[store.PARENT_RUN])
+    assert parent.data.tags["study.state"] == "trials done"
 
 
 @pytest.mark.parametrize("value", ["0", "-5"])

@@ -319,6 +319,14 @@ class StudyRunner:
         trials = ps.study.get_trials(deepcopy=False)
         summary["pruning_saved_s"] = sum(store.record_value(t, "pruning_saved_s") or 0.0 for t in trials)
         ps.tracker.log_metrics(ps.parent_run, summary)
+        # The run's status says how this command ended; the tag says whether the study is done.
+        if self.deadline.stopped:
+            state = "unfinished: stopped by --timeout; run the same command again to resume"
+        elif status == "FINISHED":
+            state = "trials done"
+        else:
+            state = "unfinished: interrupted; run the same command again to resume"
+        ps.tracker.set_tags(ps.parent_run, {"study.state": state})
         ps.tracker.close_parent(ps.parent_run, status)
 
 
