@@ -57,16 +57,14 @@ def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = No
     if baseline is not None:
         lines += _baseline_lines(study, metrics, _metrics(baseline), baseline.number)
     conf = confirm.current(study)
-    if not paid and conf is not None and conf.skipped:
-        lines.append("# VERDICT: no speculative configuration came within the study's noise of the baseline;")
-        lines.append("#          this file serves WITHOUT speculation.")
-    elif not paid and conf is not None and conf.complete:
-        lines.append(
-            "# VERDICT: no speculative configuration beat the baseline beyond the spread between fresh engines;"
-        )
-        lines.append("#          this file serves WITHOUT speculation.")
-    elif not paid:
-        lines.append("# VERDICT: no speculative configuration beat the baseline on this model, hardware and workload;")
+    if not paid:
+        if conf is not None and conf.skipped:
+            why = "came within the study's noise of the baseline"
+        elif conf is not None and conf.complete:
+            why = "beat the baseline beyond the spread between fresh engines"
+        else:
+            why = "beat the baseline on this model, hardware and workload"
+        lines.append(f"# VERDICT: no speculative configuration {why};")
         lines.append("#          this file serves WITHOUT speculation.")
     elif metrics.spec.acceptance_rate is not None:
         lines.append(

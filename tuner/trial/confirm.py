@@ -254,26 +254,17 @@ def confirm_study(runner: StudyRunner) -> Confirmation | None:
         return None
     finalists = _finalists(specs, base)
     conf = load(study)
-    behind = clearly_behind(study, config, specs[0]) if config.confirm.skip_when_behind else ""
-    if conf is not None and conf.skipped and not (behind and conf.same_finalists(finalists)):
-        conf = None  # a skip the study or its settings no longer support; it measured nothing to keep
     same = conf is not None and conf.same_finalists(finalists)
-    if behind and not (same and conf is not None and conf.engines):  # measured engines are kept, never dropped
+    kept = conf.engines if conf is not None and same else []  # engines measured are never dropped
+    behind = clearly_behind(study, config, specs[0]) if config.confirm.skip_when_behind else ""
+    if (behind and not kept) or conf is None or not same or conf.skipped or conf.rounds != config.confirm.rounds:
         conf = Confirmation(
             finalists=finalists,
             rounds=config.confirm.rounds,
             repeats=config.confirm.repeats or config.workload.repeats,
             weights=_weights(config),
-            skipped=behind,
-        )
-        study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))
-    elif conf is None or not same or conf.rounds != config.confirm.rounds:
-        conf = Confirmation(
-            finalists=finalists,
-            rounds=config.confirm.rounds,
-            repeats=config.confirm.repeats or config.workload.repeats,
-            weights=_weights(config),
-            engines=[e for e in (conf.engines if conf and same else [])],
+            engines=list(kept),
+            skipped="" if kept else behind,
         )
         study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
