@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,12 @@ def _compile_cache(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # -- comparison ----------------------------------------------------------------------------------
+def portable_key(key: str) -> str:
+    """A configuration key with each model path cut to its folder name: the grid and the study may run on
+    machines whose model caches differ (``/root/wide/cache`` there, ``~/.cache/specdec-tuner`` here)."""
+    return re.sub(r"'/[^']*/([^'/]+)/?'", r"'\1'", key)
+
+
 def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[str, Any]:
     from benchmarks import grid as grid_mod
     from tuner.study.loader import load_study
@@ -221,7 +228,7 @@ def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[
     config = load_study(study_file)
     data = _load_json(grid_path)
     g = grid_mod.summary(config, data)
-    by_key = {r["key"]: r for r in g["rows"] if "metrics" in r}
+    by_key = {portable_key(r["key"]): r for r in g["rows"] if "metrics" in r}
     specs = grid_mod.configurations(config)
 
     # Same configuration measured by both: how far apart two engines of one configuration land.
@@ -231,7 +238,7 @@ def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[
             continue
         from tuner.trial.spec import TrialSpec
 
-        key = repr(TrialSpec.model_validate(t["spec"]).key())
+        key = portable_key(repr(TrialSpec.model_validate(t["spec"]).key()))
         if key in by_key:
             gm = {lv["batch_size"]: lv["tokens_per_s"] for lv in by_key[key]["metrics"]["levels"]}
             sm = {lv["batch_size"]: lv["tokens_per_s"] for lv in t["metrics"]["levels"]}
@@ -247,9 +254,11 @@ def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[
     tuner_best = summary.get("best") or {}
     grid_best = g.get("best") or {}
     same = (
-        tuner_best.get("key") is not None and grid_best and tuner_best["key"] == repr(specs[grid_best["index"]].key())
+        tuner_best.get("key") is not None
+        and grid_best
+        and portable_key(tuner_best["key"]) == portable_key(repr(specs[grid_best["index"]].key()))
     )
-    tuner_best_in_grid = by_key.get(tuner_best.get("key") or "")
+    tuner_best_in_grid = by_key.get(portable_key(tuner_best.get("key") or ""))
     gap = None
     if tuner_best_in_grid is not None and grid_best:
         gap = 1.0 - tuner_best_in_grid["metrics"]["score"] / grid_best["score"]
@@ -258,7 +267,7 @@ def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[
     # mode (median of every start measured, grid and study) plus the grid's median per-run remainder
     # (shutdown, process exit). Estimate: the mean wall of its kind where the grid or the study measured
     # that kind in full, else the lower bound.
-    measured = {r["key"]: r["wall_s"] for r in data["runs"] if not r.get("cut_by_deadline")}
+    measured = {portable_key(r["key"]): r["wall_s"] for r in data["runs"] if not r.get("cut_by_deadline")}
     kinds: dict[tuple[str, bool], list[float]] = {}
     for r in data["runs"]:
         if r.get("ok"):
@@ -286,7 +295,7 @@ def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[
     unmeasured = 0
     without_full = 0
     for spec in specs:
-        if repr(spec.key()) in measured:
+        if portable_key(repr(spec.key())) in measured:
             continue
         unmeasured += 1
         lower += floor_s[spec.enforce_eager]

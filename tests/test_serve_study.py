@@ -93,6 +93,13 @@ def test_levels_carry_served_latencies_and_the_slo_search(served: ServedStudy) -
     assert ngram.spec.drafts > 0 and len(ngram.spec.accepted_per_pos) == 3
     assert base.spec.drafts == 0
     assert ngram.slo_rate_speedup == 1.0 and base.score >= 1.0
+    # Served outputs are compared with the baseline's too (temperature 0, float32 on CPU: exactly).
+    for concurrency in (1, 4):
+        level = ngram.level(concurrency)
+        assert level is not None and level.lossless_match_rate == 1.0, level and level.first_divergence
+    client = MlflowClient(served.data["tracking"]["uri"])
+    exp = client.get_experiment_by_name(served.data["name"])
+    assert exp is not None and len(client.search_runs([exp.experiment_id], "tags.lossless = 'exact'")) == 1
 
 
 def test_each_trial_served_the_file_export_writes(served: ServedStudy) -> None:

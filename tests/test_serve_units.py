@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,6 +86,52 @@ def test_dataset_cycles_prompts_in_order(tmp_path: Any) -> None:
     path = tmp_path / "d.jsonl"
     write_dataset(path, ["a", "b"], 5)
     assert [line.split('"')[3] for line in path.read_text().splitlines()] == ["a", "b", "a", "b", "a"]
+
+
+class _Client:
+    """BenchClient's side that ServeBackend reads: one window, and the texts it returned."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.last_texts = texts
+
+    def run(self, n_requests: int, concurrency: int | None = None, **_: Any) -> ServedWindow:
+        return window_from_result({**RESULT, "max_concurrency": concurrency, "completed": n_requests})
+
+
+class _Tokenizer:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        assert not add_special_tokens
+        return [ord(c) for c in text]
+
+
+def test_served_levels_carry_each_prompts_first_output_for_the_lossless_check(tmp_path: Any) -> None:
+    """The first repeat's texts of the first request of each prompt (the dataset cycles the prompts in
+    order), encoded without special tokens; later requests and repeats are not compared."""
+    from tuner.engine.served import ServeBackend
+    from tuner.results.scoring import compare_tokens
+    from tuner.study.config import ServeConfig
+
+    backend = ServeBackend(ServeConfig(), tmp_path)
+    backend.client = _Client(["ab", "cd", "ab-again"])  # type: ignore[assignment]
+    backend._tokenizer, backend._n_prompts = _Tokenizer(), 2
+    backend.spec_counters = lambda: snapshot_from_prometheus("")  # type: ignore[method-assign]
+    level = backend.measure(4, repeats=2)
+    assert level.token_ids == [[97, 98], [99, 100]] and len(level.repeats) == 2
+    assert compare_tokens(level.token_ids, [[97, 98], [99, 101]]) == (0.5, [None, 1])
+    backend.client = _Client(["ab"])  # type: ignore[assignment]
+    assert backend.measure(1, repeats=1).token_ids is None  # fewer outputs than prompts: nothing to compare
+
+
+def test_the_client_keeps_the_windows_output_texts() -> None:
+    """`--save-detailed` makes `vllm bench serve` return each request's text (0.26 and 0.32 alike)."""
+    from tuner.engine.load import BenchClient
+
+    client = BenchClient("127.0.0.1", 1, "k", "m", Path("."), ["p"], 8, 0.0, 1.0)
+    assert "--save-detailed" in client.argv(Path("d.jsonl"), 1, 1, None, 1.0)
+    client._bench = lambda argv: {**RESULT, "generated_texts": ["x", "y"]}  # type: ignore[method-assign]
+    client.workdir = Path(tempfile.mkdtemp())
+    client.run(2, concurrency=2)
+    assert client.last_texts == ["x", "y"]
 
 
 METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.

@@ -59,6 +59,9 @@ class BenchClient:
         self.top_p = top_p
         self.slo = slo
         self.runs = 0
+        # The last window's output texts in request order (``--save-detailed``; the client gathers its
+        # requests in the order of the dataset, which --disable-shuffle keeps): the lossless check's input.
+        self.last_texts: list[str] = []
 
     def argv(
         self, dataset: Path, n_requests: int, concurrency: int | None, rate: float | None, burstiness: float
@@ -82,7 +85,7 @@ class BenchClient:
             "--burstiness", str(burstiness),
             "--seed", "0",
             "--disable-tqdm",
-            "--save-detailed",  # keeps each request's error in the returned result
+            "--save-detailed",  # keeps each request's error and output text in the returned result
         ]  # fmt: skip
         # Sent even when the study leaves it unset: 1.0, what offline trials use, and not whatever
         # the model's generation_config.json would make the server's default.
@@ -109,6 +112,7 @@ class BenchClient:
         kept = {k: v for k, v in raw.items() if not isinstance(v, list)}
         stem.with_suffix(".json").write_text(json.dumps(kept, indent=1, default=str))
         window = window_from_result(raw)
+        self.last_texts = [str(t) for t in raw.get("generated_texts") or []]
         if window.failed:
             errors = [e for e in raw.get("errors", []) if e]
             raise LoadFailed(

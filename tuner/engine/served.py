@@ -32,6 +32,7 @@ class ServeBackend:
         self.client: BenchClient | None = None
         self._llm_kwargs: dict[str, Any] = {}
         self._n_prompts = 0
+        self._tokenizer: Any = None
 
     def start(self, llm_kwargs: Mapping[str, Any]) -> None:
         self._llm_kwargs = dict(llm_kwargs)
@@ -48,6 +49,7 @@ class ServeBackend:
         )
         prompts = render_prompts(tokenizer, workload.prompts)
         self._n_prompts = len(prompts)
+        self._tokenizer = tokenizer
         self.client = BenchClient(
             HOST,
             self.server.port,
@@ -85,9 +87,21 @@ class ServeBackend:
                 served=window,
             )
             level.repeats.append(measurement)
+            if repeat == 0:
+                level.token_ids = self._first_outputs()
             if on_repeat is not None:
                 on_repeat(measurement)
         return level
+
+    def _first_outputs(self) -> list[list[int]] | None:
+        """Each prompt's output in the window just measured (its first request), as token ids for the
+        lossless check against the baseline. The client returns text, not ids: re-encoded, equal texts give
+        equal ids, and a divergence is found at the token where the texts part."""
+        assert self.client is not None
+        texts = self.client.last_texts[: self._n_prompts]
+        if len(texts) < self._n_prompts or self._tokenizer is None:
+            return None
+        return [list(self._tokenizer.encode(t, add_special_tokens=False)) for t in texts]
 
     def slo_search(self, on_probe: ProbeHook | None = None) -> SloSearch:
         """The highest Poisson (or gamma, by ``burstiness``) request rate at which the SLO holds."""
