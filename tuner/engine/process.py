@@ -52,6 +52,7 @@ def env_with_project() -> dict[str, str]:
 
 # The module run as a trial's engine process; tests of the search logic point it at a fake engine.
 ENGINE_MODULE_ENV = "SPECDEC_TUNER_ENGINE_MODULE"
+DEFAULT_ENGINE_MODULE = "tuner.engine.measure"
 
 
 @dataclass
@@ -354,7 +355,7 @@ def run_engine(
 
     outcome = RunOutcome(log_path=log_path)
     start = time.monotonic()
-    module = os.environ.get(ENGINE_MODULE_ENV, "tuner.engine.measure")
+    module = os.environ.get(ENGINE_MODULE_ENV, DEFAULT_ENGINE_MODULE)
     command = [sys.executable, "-m", module, str(request_path), str(workdir)]
     # No readiness wait here: the progress events (engine_ready among them) are watched with the trial's timeout.
     with EngineProcess(command, log_path, env) as engine:

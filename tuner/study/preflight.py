@@ -62,8 +62,20 @@ def run_preflight(config: StudyConfig) -> Preflight:
             rejected[name] = reason
         else:
             allowed.append(name)
-    if config.schedule.enabled:  # one vLLM process answers every probe; the checks below read its verdicts
-        _validate([p for _, p in _candidate_probes(config, allowed)] + [SCHEDULE_PROBE])
+    # One vLLM process answers every probe; the checks below read its verdicts.
+    engine = engine_args_probe(config, target_path)
+    _validate(
+        [p for _, p in _candidate_probes(config, allowed)]
+        + ([engine] if engine else [])
+        + ([SCHEDULE_PROBE] if config.schedule.enabled else [])
+    )
+    verdict = _validate([engine]) if engine else None
+    if verdict and verdict[0]:
+        how = "`vllm serve --config`" if config.workload.mode == "serve" else "vllm.LLM"
+        raise UserError(
+            f"target.engine_args: {how} rejects the trials' engine arguments ({verdict[0]}); "
+            "fix: use vLLM's engine argument names and values (`vllm serve --help=all`; snake_case here)"
+        )
     for name, reason in check_with_vllm(config, allowed).items():
         allowed.remove(name)
         rejected[name] = reason
@@ -76,6 +88,26 @@ def run_preflight(config: StudyConfig) -> Preflight:
     return Preflight(
         target_path=target_path, allowed=allowed, rejected=rejected, schedule_skipped=check_schedule(config)
     )
+
+
+def engine_args_probe(config: StudyConfig, target_path: str) -> dict[str, Any] | None:
+    """The baseline's engine arguments (compiled: the ``no-enforce-eager`` form of the served file) as the
+    trial's engine takes them; every trial adds only its speculative config, probed on its own. None when
+    the study sets no ``engine_args`` (the tuner's own arguments need no check) or trials run a stand-in
+    engine (``SPECDEC_TUNER_ENGINE_MODULE``), whose arguments are its own."""
+    import os
+
+    from tuner.engine.process import DEFAULT_ENGINE_MODULE, ENGINE_MODULE_ENV
+    from tuner.outputs.serve_file import serve_yaml
+    from tuner.study.vllm_checks import LLM_KWARGS, SERVE_FILE
+    from tuner.trial.spec import baseline_spec, llm_kwargs
+
+    if not config.target.engine_args or os.environ.get(ENGINE_MODULE_ENV, DEFAULT_ENGINE_MODULE) != DEFAULT_ENGINE_MODULE:
+        return None
+    kwargs = llm_kwargs(config.target, target_path, baseline_spec(False))
+    if config.workload.mode == "serve":
+        return {SERVE_FILE: serve_yaml(kwargs)}
+    return {LLM_KWARGS: sorted(kwargs)}
 
 
 def schedule_problem(config: StudyConfig) -> tuple[str, str] | None:

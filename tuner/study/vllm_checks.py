@@ -3,7 +3,9 @@
 Runs as ``python -m tuner.study.vllm_checks`` in a subprocess (importing vLLM is slow and heavy; the
 tuner process stays light). Only configurations that need no model are built (methods whose
 ``checkable_without_model`` is true in ``tuner.study.methods``: n-gram, suffix):
-a draft model's config would need the target's, which costs an engine-sized load.
+a draft model's config would need the target's, which costs an engine-sized load. The same process
+checks the target's engine arguments the way a trial's engine takes them (names for ``vllm.LLM``,
+``vllm serve``'s parser for the served config file), so a typo fails the study before any engine starts.
 """
 
 from __future__ import annotations
@@ -11,7 +13,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
+
+# Probes that are not speculative configs: a trial's engine arguments, checked as its engine takes them.
+LLM_KWARGS = "__vllm_llm_kwargs__"  # {LLM_KWARGS: [names]}: offline, vllm.LLM(**kwargs) -> EngineArgs
+SERVE_FILE = "__vllm_serve_file__"  # {SERVE_FILE: yaml text}: served, `vllm serve --config FILE`
 
 
 def validate(configs: list[dict[str, Any]]) -> list[str | None]:
@@ -19,12 +26,65 @@ def validate(configs: list[dict[str, Any]]) -> list[str | None]:
 
     errors: list[str | None] = []
     for config in configs:
+        if LLM_KWARGS in config:
+            errors.append(check_llm_kwargs(config[LLM_KWARGS]))
+            continue
+        if SERVE_FILE in config:
+            errors.append(check_serve_file(config[SERVE_FILE]))
+            continue
         try:
             SpeculativeConfig(**config)
             errors.append(None)
         except Exception as exc:
             errors.append(_describe(exc))
     return errors
+
+
+def check_llm_kwargs(names: list[str]) -> str | None:
+    """Names ``vllm.LLM`` would not take: it passes its keyword arguments on to ``EngineArgs``."""
+    import dataclasses
+    import inspect
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    try:
+        from vllm import LLM
+
+        known |= set(inspect.signature(LLM.__init__).parameters)
+    except ImportError:
+        pass
+    unknown = [n for n in names if n not in known]
+    return f"vLLM has no engine argument {', '.join(unknown)}" if unknown else None
+
+
+def check_serve_file(text: str) -> str | None:
+    """``vllm serve``'s own parser and validation on the config file a served trial starts from (the
+    serve subcommand alone: parsing only, no server)."""
+    import contextlib
+    import io
+    import tempfile
+
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        fh.write(text)
+    parser = FlexibleArgumentParser(prog="vllm")
+    command = ServeSubcommand()
+    command.subparser_init(parser.add_subparsers(dest="subparser"))
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            args = parser.parse_args(["serve", "--config", fh.name, "--host", "127.0.0.1", "--port", "8000"])
+        command.validate(args)
+    except SystemExit:  # argparse's error(): its message went to stderr
+        return (stderr.getvalue().strip().splitlines() or ["vllm serve rejected its arguments"])[-1]
+    except Exception as exc:
+        return _describe(exc)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    return None
 
 
 def _describe(exc: Exception) -> str:
