@@ -45,8 +45,10 @@ def check_llm_kwargs(names: list[str]) -> str | None:
     import dataclasses
     import inspect
 
-    from vllm.engine.arg_utils import EngineArgs
-
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:  # laid out otherwise: no verdict, the engine will say
+        return None
     known = {f.name for f in dataclasses.fields(EngineArgs)}
     try:
         from vllm import LLM
@@ -65,14 +67,17 @@ def check_serve_file(text: str) -> str | None:
     import io
     import tempfile
 
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    try:
+        from vllm.entrypoints.cli.serve import ServeSubcommand
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
 
+        parser = FlexibleArgumentParser(prog="vllm")
+        command = ServeSubcommand()
+        command.subparser_init(parser.add_subparsers(dest="subparser"))
+    except Exception:  # a vLLM whose CLI is laid out otherwise: no verdict, the server will say
+        return None
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
         fh.write(text)
-    parser = FlexibleArgumentParser(prog="vllm")
-    command = ServeSubcommand()
-    command.subparser_init(parser.add_subparsers(dest="subparser"))
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
