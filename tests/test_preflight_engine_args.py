@@ -15,7 +15,7 @@ GOOD_FILE = "model: /m\ndtype: float32\nno-enforce-eager: true\nmax-model-len: 5
 def test_vllm_judges_engine_arguments_as_each_engine_takes_them() -> None:
     errors = validate(
         [
-            {LLM_KWARGS: ["model", "dtype", "enforce_eager", "gpu_memory_utilization", "seed"]},
+            {LLM_KWARGS: ["model", "dtype", "enforce_eager", "gpu_memory_utilization", "seed", "chat_template"]},
             {LLM_KWARGS: ["model", "gpu_memory_utilisation"]},
             {SERVE_FILE: GOOD_FILE},
             {SERVE_FILE: GOOD_FILE + "gpu-memory-utilisation: 0.3\n"},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +121,13 @@ def test_served_levels_carry_each_prompts_first_output_for_the_lossless_check(tm
     assert backend.measure(1, repeats=1).token_ids is None  # fewer outputs than prompts: nothing to compare
 
 
-def test_the_client_keeps_the_windows_output_texts() -> None:
+def test_the_client_keeps_the_windows_output_texts(tmp_path: Path) -> None:
     """`--save-detailed` makes `vllm bench serve` return each request's text (0.26 and 0.32 alike)."""
     from tuner.engine.load import BenchClient
 
-    client = BenchClient("127.0.0.1", 1, "k", "m", Path("."), ["p"], 8, 0.0, 1.0)
+    client = BenchClient("127.0.0.1", 1, "k", "m", tmp_path, ["p"], 8, 0.0, 1.0)
     assert "--save-detailed" in client.argv(Path("d.jsonl"), 1, 1, None, 1.0)
     client._bench = lambda argv: {**RESULT, "generated_texts": ["x", "y"]}  # type: ignore[method-assign]
-    client.workdir = Path(tempfile.mkdtemp())
     client.run(2, concurrency=2)
     assert client.last_texts == ["x", "y"]
 

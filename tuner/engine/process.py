@@ -55,6 +55,10 @@ ENGINE_MODULE_ENV = "SPECDEC_TUNER_ENGINE_MODULE"
 DEFAULT_ENGINE_MODULE = "tuner.engine.measure"
 
 
+def engine_module() -> str:
+    return os.environ.get(ENGINE_MODULE_ENV, DEFAULT_ENGINE_MODULE)
+
+
 @dataclass
 class RunOutcome:
     result: EngineResult | None = None
@@ -355,7 +359,7 @@ def run_engine(
 
     outcome = RunOutcome(log_path=log_path)
     start = time.monotonic()
-    module = os.environ.get(ENGINE_MODULE_ENV, DEFAULT_ENGINE_MODULE)
+    module = engine_module()
     command = [sys.executable, "-m", module, str(request_path), str(workdir)]
     # No readiness wait here: the progress events (engine_ready among them) are watched with the trial's timeout.
     with EngineProcess(command, log_path, env) as engine:

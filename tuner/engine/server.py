@@ -28,6 +28,11 @@ LOG_FILE = "server.log"
 _SECRET_ENV = {"hf_token": "HF_TOKEN"}
 
 
+def serve_args(config_path: Path, port: int) -> list[str]:
+    """``vllm serve``'s arguments for a trial's server (pre-flight parses the same, without a server)."""
+    return ["serve", "--config", str(config_path), "--host", HOST, "--port", str(port)]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
@@ -53,18 +58,7 @@ class VllmServer:
         return f"http://{HOST}:{self.port}"
 
     def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "tuner.engine.vllm_cli",
-            "serve",
-            "--config",
-            str(self.config_path),
-            "--host",
-            HOST,
-            "--port",
-            str(self.port),
-        ]
+        return [sys.executable, "-m", "tuner.engine.vllm_cli", *serve_args(self.config_path, self.port)]
 
     def __enter__(self) -> VllmServer:
         self.workdir.mkdir(parents=True, exist_ok=True)

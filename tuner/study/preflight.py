@@ -95,14 +95,12 @@ def engine_args_probe(config: StudyConfig, target_path: str) -> dict[str, Any] |
     trial's engine takes them; every trial adds only its speculative config, probed on its own. None when
     the study sets no ``engine_args`` (the tuner's own arguments need no check) or trials run a stand-in
     engine (``SPECDEC_TUNER_ENGINE_MODULE``), whose arguments are its own."""
-    import os
-
-    from tuner.engine.process import DEFAULT_ENGINE_MODULE, ENGINE_MODULE_ENV
+    from tuner.engine.process import DEFAULT_ENGINE_MODULE, engine_module
     from tuner.outputs.serve_file import serve_yaml
     from tuner.study.vllm_checks import LLM_KWARGS, SERVE_FILE
     from tuner.trial.spec import baseline_spec, llm_kwargs
 
-    if not config.target.engine_args or os.environ.get(ENGINE_MODULE_ENV, DEFAULT_ENGINE_MODULE) != DEFAULT_ENGINE_MODULE:
+    if not config.target.engine_args or engine_module() != DEFAULT_ENGINE_MODULE:
         return None
     kwargs = llm_kwargs(config.target, target_path, baseline_spec(False))
     if config.workload.mode == "serve":

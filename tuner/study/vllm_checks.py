@@ -49,14 +49,16 @@ def check_llm_kwargs(names: list[str]) -> str | None:
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:  # laid out otherwise: no verdict, the engine will say
         return None
-    known = {f.name for f in dataclasses.fields(EngineArgs)}
-    try:
-        from vllm import LLM
+    fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    unknown = [n for n in names if n not in fields]
+    if unknown:  # a few are LLM's own (chat_template): import it (seconds) only then
+        try:
+            from vllm import LLM
 
-        known |= set(inspect.signature(LLM.__init__).parameters)
-    except ImportError:
-        pass
-    unknown = [n for n in names if n not in known]
+            own = inspect.signature(LLM.__init__).parameters.values()
+            unknown = [n for n in unknown if n not in {p.name for p in own if p.kind == p.KEYWORD_ONLY}]
+        except ImportError:
+            pass
     return f"vLLM has no engine argument {', '.join(unknown)}" if unknown else None
 
 
@@ -66,6 +68,8 @@ def check_serve_file(text: str) -> str | None:
     import contextlib
     import io
     import tempfile
+
+    from tuner.engine.server import serve_args
 
     try:
         from vllm.entrypoints.cli.serve import ServeSubcommand
@@ -81,7 +85,7 @@ def check_serve_file(text: str) -> str | None:
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            args = parser.parse_args(["serve", "--config", fh.name, "--host", "127.0.0.1", "--port", "8000"])
+            args = parser.parse_args(serve_args(Path(fh.name), 8000))
         command.validate(args)
     except SystemExit:  # argparse's error(): its message went to stderr
         return (stderr.getvalue().strip().splitlines() or ["vllm serve rejected its arguments"])[-1]
