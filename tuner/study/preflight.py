@@ -63,7 +63,7 @@ def run_preflight(config: StudyConfig) -> Preflight:
         else:
             allowed.append(name)
     # One vLLM process answers every probe; the checks below read its verdicts.
-    engine = engine_args_probe(config, target_path)
+    engine = engine_args_probe(config)
     _validate(
         [p for _, p in _candidate_probes(config, allowed)]
         + ([engine] if engine else [])
@@ -90,7 +90,7 @@ def run_preflight(config: StudyConfig) -> Preflight:
     )
 
 
-def engine_args_probe(config: StudyConfig, target_path: str) -> dict[str, Any] | None:
+def engine_args_probe(config: StudyConfig) -> dict[str, Any] | None:
     """The baseline's engine arguments (compiled: the ``no-enforce-eager`` form of the served file) as the
     trial's engine takes them; every trial adds only its speculative config, probed on its own. None when
     the study sets no ``engine_args`` (the tuner's own arguments need no check) or trials run a stand-in
@@ -102,7 +102,9 @@ def engine_args_probe(config: StudyConfig, target_path: str) -> dict[str, Any] |
 
     if not config.target.engine_args or engine_module() != DEFAULT_ENGINE_MODULE:
         return None
-    kwargs = llm_kwargs(config.target, target_path, baseline_spec(False))
+    # The parser checks no path: a fixed stand-in for the model keeps the probe (and its cached verdict)
+    # the same wherever the checkpoint lives.
+    kwargs = llm_kwargs(config.target, "MODEL", baseline_spec(False))
     if config.workload.mode == "serve":
         return {SERVE_FILE: serve_yaml(kwargs)}
     return {LLM_KWARGS: sorted(kwargs)}

@@ -107,9 +107,72 @@ def _describe(exc: Exception) -> str:
 
 
 def validate_in_subprocess(configs: list[dict[str, Any]], timeout_s: float = 180.0) -> list[str | None] | None:
-    """None when vLLM cannot be asked (not installed, or too slow): the engine will check instead."""
+    """None when vLLM cannot be asked (not installed, or too slow): the engine will check instead.
+
+    Verdicts are kept on disk per vLLM installation: importing vLLM costs 40 s on a 2-core machine, and
+    every ``python -m tuner`` process (each study, each test's CLI) would otherwise pay it again."""
     if not configs:
         return []
+    installed = _vllm_identity()
+    if installed is None:
+        return None
+    keys = [json.dumps(c, sort_keys=True) for c in configs]
+    known = _load_verdicts(installed)
+    new = list(dict.fromkeys(k for k in keys if k not in known))
+    if new:
+        errors = _ask_vllm([json.loads(k) for k in new], timeout_s)
+        if errors is None or len(errors) != len(new):
+            return None
+        known.update(zip(new, errors, strict=True))
+        _save_verdicts(installed, known)
+    return [known[k] for k in keys]
+
+
+def _vllm_identity() -> str | None:
+    """Which vLLM answers, without importing it: its package file and that file's change time."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return None
+    origin = Path(spec.origin)
+    try:
+        return f"{sys.executable}|{origin}|{origin.stat().st_mtime_ns}"
+    except OSError:
+        return None
+
+
+def _verdicts_path() -> Path:
+    from tuner.models.demo import cache_root
+
+    return cache_root().parent / "vllm-verdicts.json"
+
+
+def _load_verdicts(installed: str) -> dict[str, str | None]:
+    try:
+        stored = json.loads(_verdicts_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(stored, dict) or stored.get("vllm") != installed or not isinstance(stored.get("verdicts"), dict):
+        return {}
+    return dict(stored["verdicts"])
+
+
+def _save_verdicts(installed: str, verdicts: dict[str, str | None]) -> None:
+    import os
+    import tempfile
+
+    path = _verdicts_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as fh:
+            json.dump({"vllm": installed, "verdicts": verdicts}, fh)
+        os.replace(fh.name, path)  # two processes at once: the last whole file wins, none is torn
+    except OSError:
+        pass  # a read-only cache costs time, not correctness
+
+
+def _ask_vllm(configs: list[dict[str, Any]], timeout_s: float) -> list[str | None] | None:
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "tuner.study.vllm_checks"],
