@@ -108,6 +108,9 @@ def mlflow_server(backend_uri: str, artifacts: Path) -> Iterator[str]:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # MLflow 3's job runner starts three more Python processes (huey consumers) that import MLflow
+        # beside the tests' engines on a 2-core machine; the tuner uses no MLflow jobs.
+        env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
     )
     url = f"http://127.0.0.1:{port}"
     try:
