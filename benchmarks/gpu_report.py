@@ -187,9 +187,13 @@ def _split(rows: list[dict[str, Any]], steps: list[dict[str, Any]]) -> dict[str,
         "rest_of_trials_s": trial_wall - start - warmup - measured,
         "trials_wall_s": trial_wall,
     }
-    if study_wall:
+    if study_wall >= trial_wall > 0:
         out["study_wall_s"] = study_wall
         out["tuner_outside_trials_s"] = study_wall - trial_wall
+    elif study_wall:
+        # A study resumed on a fresh machine whose timings.jsonl lacks the earlier calls' lines: its trials
+        # hold more time than its `study` steps, so the split would print negative shares.
+        out["timings_partial_s"] = study_wall
     return out
 
 
@@ -386,7 +390,14 @@ def markdown(summary: dict[str, Any], comparison: dict[str, Any] | None) -> str:
     ):
         if key in s:
             lines.append(f"| {name} | {s[key]:.0f} | {s[key] / total:.0%} |")
-    lines.append(f"| **study wall time** | **{total:.0f}** | 100% |")
+    if "timings_partial_s" in s:
+        lines.append(f"| **the trials' wall time** | **{total:.0f}** | 100% |")
+        lines.append(
+            f"\n(the `study` steps of the timings file hold {s['timings_partial_s']:.0f} s, less than the trials:"
+            " it lacks the earlier calls of a resumed study, so the tuner's time outside trials is unknown)"
+        )
+    else:
+        lines.append(f"| **study wall time** | **{total:.0f}** | 100% |")
     if comparison:
         c = comparison
         lines.append("")

@@ -3,6 +3,7 @@ cache their draft paths point into."""
 
 from __future__ import annotations
 
+from benchmarks import gpu_report
 from benchmarks.gpu_report import portable_key
 
 
@@ -15,3 +16,17 @@ def test_keys_from_different_model_caches_match() -> None:
     other = "('draft_model', '/root/wide/cache/models/SmolLM2-135M-Instruct-8L', 2, None, None, True, ())"
     assert portable_key(other) != portable_key(there)
     assert portable_key("('ngram', None, 4, 2, 5, False, ())") == "('ngram', None, 4, 2, 5, False, ())"
+
+
+def test_a_resumed_study_with_partial_timings_gets_no_negative_split() -> None:
+    rows = [
+        {"duplicate_of": None, "wall_s": 200.0, "engine_start_s": 100.0, "warmup_s": 10.0, "measured_s": 50.0},
+        {"duplicate_of": None, "wall_s": 150.0, "engine_start_s": 80.0, "warmup_s": 10.0, "measured_s": 40.0},
+    ]
+    whole = gpu_report._split(rows, [{"step": "study", "wall_s": 300.0}, {"step": "study", "wall_s": 100.0}])
+    assert whole["study_wall_s"] == 400.0 and whole["tuner_outside_trials_s"] == 50.0
+
+    # Only the last call's line came back from the device: less than the trials themselves.
+    part = gpu_report._split(rows, [{"step": "study", "wall_s": 100.0}])
+    assert "study_wall_s" not in part and "tuner_outside_trials_s" not in part
+    assert part["timings_partial_s"] == 100.0
