@@ -22,17 +22,23 @@ REUSED = ("metrics", "failure_class", "error", "pruned_reason", "engine", "llm_k
 
 def find_duplicate(ps: PreparedStudy, view: ProgressView | None, spec: TrialSpec, number: int) -> FrozenTrial | None:
     """A finished trial of the same configuration; if another worker is measuring it right now,
-    wait for that result rather than measure it twice."""
+    wait for that result rather than measure it twice.
+
+    Only an earlier trial is waited for: two workers given the same configuration at once (seeded
+    samplers propose alike) would otherwise each wait for the other until the deadline. A dead
+    worker's trial is failed once its heartbeat is stale, so the wait for it ends then, not at the
+    deadline (the other workers may all be waiting here, none in the loop that reconciles)."""
     deadline = time.monotonic() + ps.config.budget.trial_timeout_s + 60
     while True:
         running = False
+        optuna.storages.fail_stale_trials(ps.study)
         for t in ps.study.get_trials(deepcopy=False):
             other = store.trial_spec(t)
             if t.number == number or other is None or other.key() != spec.key():
                 continue
             if store.is_counted(t) and (t.state != TrialState.COMPLETE or store.has_metrics(t)):
                 return t
-            running = running or t.state == TrialState.RUNNING
+            running = running or (t.state == TrialState.RUNNING and t.number < number)
         if not running or time.monotonic() > deadline:
             return None
         if view is not None:
