@@ -55,7 +55,7 @@ def test_the_earlier_of_two_running_trials_does_not_wait(fast_heartbeat: None) -
 
 
 def test_a_dead_workers_trial_is_waited_for_only_until_its_heartbeat_is_stale(
-    tmp_path: Any, fast_heartbeat: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any, fast_heartbeat: None
 ) -> None:
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db", heartbeat_interval=1, grace_period=2)
     study = optuna.create_study(storage=storage)

@@ -31,7 +31,6 @@ def find_duplicate(ps: PreparedStudy, view: ProgressView | None, spec: TrialSpec
     deadline = time.monotonic() + ps.config.budget.trial_timeout_s + 60
     while True:
         running = False
-        optuna.storages.fail_stale_trials(ps.study)
         for t in ps.study.get_trials(deepcopy=False):
             other = store.trial_spec(t)
             if t.number == number or other is None or other.key() != spec.key():
@@ -44,6 +43,7 @@ def find_duplicate(ps: PreparedStudy, view: ProgressView | None, spec: TrialSpec
         if view is not None:
             view.note(f"trial {number}: same configuration is being measured by another worker; waiting")
         time.sleep(store.HEARTBEAT_S)
+        optuna.storages.fail_stale_trials(ps.study)
 
 
 def reuse(
