@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The offline bundle for the H200 (no network there): vLLM (VLLM_VERSION, default 0.32.0, CUDA build) with the
+# torch, triton and torchvision it was built for, FlashInfer, the tuner's own dependencies and the demo GGUF,
+# built here on a machine with PyPI access and cut into parts small enough to travel with the tree.
+#
+#   bash benchmarks/gpu_bundle.sh [OUTDIR]      # default .bundle (git-ignored); run from the repo root
+#
+# It calls ../shared/gpu/make_offline_bundle.sh (SHARED_GPU overrides) with:
+#   HOST_PACKAGES  made from the H200's `pip list --format freeze` (HOST_FREEZE, ../shared/gpu/host-freeze.txt):
+#                  every NVIDIA/CUDA library (nvidia-*, cuda-*) a bare name, so the host's CUDA 13 libraries are
+#                  used whatever versions torch asks for (cuDNN, cuBLAS and NCCL alone are over a gigabyte);
+#                  torch, triton, torchvision and setuptools pinned to the host's versions, so the versions this
+#                  vLLM needs (torch 2.13.0, triton 3.7.1, torchvision 0.28.0, setuptools<81) are carried;
+#                  everything else a bare name (the host's copy is used).
+#   UV_CONSTRAINT  the host's versions of those other packages, so the resolution is the one that runs there
+#                  (vLLM 0.32.0 accepts every one of them except numba, llvmlite, numpy and setuptools).
+#                  numba/llvmlite/numpy stay the host's (0.68.0/0.50.0/2.5.2) although vLLM pins numba==0.65.0:
+#                  carrying 0.65 means llvmlite 0.47 and numpy<2.5 too (about 75 MB, over a part) under host
+#                  packages built against numpy 2.5.
+#   PART_MB        48 (default): a device call carries at most 64 MiB with the tree (12.7 MiB on 2026-12-04).
+# and copies install_offline_bundle.sh to OUTDIR/tools/, where benchmarks/gpu_session.sh looks for it (carry it).
+# Then, per part: run(carry=[".bundle/parts/pNN"], command="mkdir -p /root/stash && cp .bundle/parts/pNN/* /root/stash/").
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$repo/.bundle}
+shared=${SHARED_GPU:-$repo/../shared/gpu}
+freeze=${HOST_FREEZE:-$shared/host-freeze.txt}
+export VLLM_VERSION=${VLLM_VERSION:-0.32.0} PART_MB=${PART_MB:-48}
+mkdir -p "$out/tools"; out=$(cd "$out" && pwd)
+
+python3 - "$freeze" "$out/tools/host-packages.txt" "$out/tools/host-constraints.txt" <<'EOF'
+import re, sys
+norm = lambda s: re.sub(r"[-_.]+", "-", s.strip().lower())
+carried = {"torch", "triton", "torchvision", "setuptools"}   # pinned: a different resolved version is carried
+host_own = {"numba", "llvmlite", "numpy"}                     # bare and unconstrained: the host's copy, see above
+names, cons = [], []
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line or line.startswith("#") or "==" not in line:
+        continue
+    name, version = line.split("==", 1)
+    n = norm(name)
+    if n.startswith(("nvidia-", "cuda-")):
+        names.append(n)
+    elif n in carried:
+        names.append(f"{n}=={version}")
+    else:
+        names.append(n)
+        if n not in host_own and n != "torchaudio":
+            cons.append(f"{n}=={version}")
+open(sys.argv[2], "w").write("# made by benchmarks/gpu_bundle.sh from the H200's pip freeze\n" + "\n".join(names) + "\n")
+open(sys.argv[3], "w").write("\n".join(cons) + "\n")
+EOF
+echo "HOST_PACKAGES: $(grep -c . "$out/tools/host-packages.txt") lines ($(grep -c == "$out/tools/host-packages.txt") pinned); constraints: $(grep -c . "$out/tools/host-constraints.txt")"
+
+cp "$shared/install_offline_bundle.sh" "$out/tools/"
+HOST_PACKAGES=$out/tools/host-packages.txt UV_CONSTRAINT=$out/tools/host-constraints.txt \
+  bash "$shared/make_offline_bundle.sh" "$out" optuna==5.0.0 mlflow-skinny==3.17.2 sqlalchemy==2.1.9 alembic==1.20.1
+# What the bundle holds, for the docs: one line a wheel with its size.
+(cd "$out/parts" && cat p*/part.* | tar tvf - | awk '{print $3, $6}' | grep '\.whl$' | sort -k2) > "$out/tools/contents.txt"
+echo "bundle: $(cat "$out"/parts/p*/part.* | wc -c) bytes in $(ls -d "$out"/parts/p* | wc -l) parts; contents: $out/tools/contents.txt"
