@@ -240,7 +240,7 @@ def compare(study_file: Path, summary: dict[str, Any], grid_path: Path) -> dict[
     for t in summary["trials"]:
         if t["state"] != "COMPLETE" or t.get("duplicate_of") is not None or not t.get("spec") or "metrics" not in t:
             continue
-        from tuner.trial.spec import TrialSpec
+        from tuner.study.spec import TrialSpec
 
         key = portable_key(repr(TrialSpec.model_validate(t["spec"]).key()))
         if key in by_key:

@@ -35,7 +35,7 @@ from tuner.study.config import StudyConfig
 from tuner.study.loader import load_study
 from tuner.study.prompts import load_prompts
 from tuner.study.space import grid
-from tuner.trial.spec import TrialSpec, llm_kwargs, resolve_model
+from tuner.study.spec import TrialSpec, llm_kwargs, resolve_model
 
 # Expected seconds for a configuration before any of its kind was measured (engine start + measurement).
 DEFAULT_EXPECTED_S = 90.0

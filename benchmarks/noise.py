@@ -23,7 +23,7 @@ from tuner.results.stats import coefficient_of_variation, median
 from tuner.study.loader import load_study
 from tuner.study.prompts import load_prompts
 from tuner.study.space import find_candidate
-from tuner.trial.spec import baseline_spec, llm_kwargs, resolve_model, spec_from_candidate
+from tuner.study.spec import baseline_spec, llm_kwargs, resolve_model, spec_from_candidate
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 
 from tuner.results import record, store
 from tuner.results.record import TrialRecord
+from tuner.study.spec import TrialSpec
 from tuner.trial import dedup
-from tuner.trial.spec import TrialSpec
 
 SPEC = TrialSpec(candidate="ngram", method="ngram", num_speculative_tokens=2, prompt_lookup_max=2, prompt_lookup_min=1)
 

@@ -18,7 +18,7 @@ from tuner.engine.process import run_engine
 from tuner.engine.request import ProgressEvent, TrialRequest
 from tuner.results import store
 from tuner.study.prompts import Prompt
-from tuner.trial.spec import baseline_spec, llm_kwargs, resolve_model
+from tuner.study.spec import baseline_spec, llm_kwargs, resolve_model
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("demo_models")]
 

@@ -11,7 +11,7 @@ from tests.conftest import study_dict
 from tuner.study import methods
 from tuner.study.config import Candidate, IntRange, StudyConfig
 from tuner.study.methods import Method
-from tuner.trial.spec import TrialSpec
+from tuner.study.spec import TrialSpec
 
 
 def test_registry_covers_the_method_literal() -> None:
@@ -149,8 +149,8 @@ def test_trial_spec_keeps_method_typed() -> None:
 
 
 def test_preflight_probes_come_from_the_registry(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.engine import preflight, vllm_checks
     from tuner.engine.process import ENGINE_MODULE_ENV
-    from tuner.study import preflight, vllm_checks
 
     monkeypatch.delenv(ENGINE_MODULE_ENV, raising=False)
     seen: list[dict[str, Any]] = []

@@ -28,8 +28,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import FAKE_ENGINE, ROOT, run_cli, study_dict, write_study
-from tuner.outputs import mlflow_ui
-from tuner.results import store
+from tuner.results import mlflow_ui, store
 
 pytestmark = pytest.mark.services
 

@@ -107,8 +107,8 @@ def test_special_tokens_are_compared_and_pad_only_warns(tmp_path: Path) -> None:
 
 
 def test_preflight_removes_the_swapped_draft(tmp_path: Path, swapped_draft: Path, fake_engine: str) -> None:
+    from tuner.engine.preflight import run_preflight
     from tuner.study.loader import load_study
-    from tuner.study.preflight import run_preflight
 
     data = study_dict(tmp_path)
     data["candidates"].append({"name": "swapped", "method": "draft_model", "model": str(swapped_draft)})

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import study_dict
-from tuner.study import preflight_cache
+from tuner.engine import preflight_cache
+from tuner.engine.preflight import Preflight
 from tuner.study.config import StudyConfig
-from tuner.study.preflight import Preflight
 
 
 def _checkpoint(path: Path) -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import run_cli, study_dict, write_study
-from tuner.study.vllm_checks import LLM_KWARGS, SERVE_FILE, validate
+from tuner.engine.vllm_checks import LLM_KWARGS, SERVE_FILE, validate
 
 GOOD_FILE = "model: /m\ndtype: float32\nno-enforce-eager: true\nmax-model-len: 512\nkv-cache-memory-bytes: 536870912\n"
 

@@ -16,7 +16,7 @@ from tuner.engine.request import ProgressEvent, RepeatMeasurement
 from tuner.results import store
 from tuner.results.scoring import LevelMetrics, TrialMetrics
 from tuner.study.loader import load_study
-from tuner.trial.pruning import NOISE_FLOOR, NoiseAwarePercentilePruner, decide, step_of
+from tuner.trial.pruning import NOISE_FLOOR, decide, judge, step_of
 from tuner.trial.pruning import pruning_saved_s as _pruning_saved_s
 
 
@@ -51,16 +51,13 @@ def _done(value_by_step: dict[int, float], cv: float = 0.01) -> optuna.trial.Fro
 
 
 def _interim(study: optuna.Study, value: float, step: int = 0) -> bool:
-    trial = study.ask()
-    trial.report(value, step)
-    verdict = trial.should_prune()
-    study.tell(trial, state=TrialState.PRUNED)
-    return verdict
+    """What the engine's progress hook (PruneHook) asks for a running trial's repeat at this step."""
+    batch_size = [1, 8][step // 3]
+    return judge(study, len(study.trials), step, value, batch_size, 25.0, 3).prune
 
 
-def test_pruner_compares_like_with_like_in_an_optuna_study() -> None:
-    pruner = NoiseAwarePercentilePruner(25.0, 3, batch_sizes=[1, 8], repeats=3)
-    study = optuna.create_study(direction="maximize", pruner=pruner)
+def test_pruning_compares_like_with_like_in_an_optuna_study() -> None:
+    study = optuna.create_study(direction="maximize")
     for values in ({0: 100.0, 3: 400.0}, {0: 150.0, 3: 300.0}, {0: 148.0, 3: 310.0}):  # baseline, two n-gram
         study.add_trial(_done(values))
     # 2% below the best at batch 1, repeat 1 (step 0): survives; mixed with batch 8's values it would not
@@ -68,7 +65,7 @@ def test_pruner_compares_like_with_like_in_an_optuna_study() -> None:
     assert _interim(study, 75.0)  # half the best
     assert not _interim(study, 390.0, step=3)  # batch 8, repeat 1: against batch 8's own values
     assert _interim(study, 200.0, step=3)
-    noisy = optuna.create_study(direction="maximize", pruner=pruner)
+    noisy = optuna.create_study(direction="maximize")
     for values in ({0: 100.0}, {0: 150.0}, {0: 149.0}):
         noisy.add_trial(_done(values, cv=0.10))  # the study's repeats vary by 10%
     assert not _interim(noisy, 140.0)

@@ -19,10 +19,11 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import FAKE_ENGINE, ROOT, study_dict, write_study
 from tuner.cli import main
+from tuner.engine.preflight import REJECTED_ATTR
 from tuner.outputs import plots
 from tuner.outputs.report import build_report, collect_rows, param_importances, render_html, render_markdown
 from tuner.results import store
-from tuner.study.preflight import REJECTED_ATTR
+from tuner.trial.acceptance_plot import ACCEPTANCE_ARTIFACT
 
 PLOTS = ("history", "throughput", "acceptance", "importances", "engine_start")
 
@@ -249,22 +250,6 @@ def test_empty_study_and_failed_candidates(tmp_path: Path) -> None:
     assert values is None and "at least 4 distinct" in note
 
 
-def test_pareto_study_is_reported_by_its_weighted_score(tmp_path: Path) -> None:
-    pareto = make_study(
-        tmp_path,
-        name="pareto",
-        trials=3,
-        eager=(True,),
-        first_trials=[{"candidate": "ngram", "num_speculative_tokens": 4}],
-        workload={"combine": "pareto"},
-    )
-    study = pareto.load()
-    assert len(study.directions) == 2
-    report = build_report(study)
-    assert report.headline.startswith("Use ngram k=4") and [lv.batch_size for lv in report.levels] == [1, 4]
-    assert render_html(report).count("data:image/png;base64,") == len(PLOTS)
-
-
 def test_report_file_keeps_secrets_out(
     study: FakeStudy, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,7 +296,7 @@ REJECTION = "vocabulary (token → id) differs (target 'Ġmeltdown' → 49140, d
 def draft_refused(tmp_path_factory: pytest.TempPathFactory) -> FakeStudy:
     """Pre-flight removes draft-4l; three distinct configurations complete (baseline, ngram k=3 and k=4)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("tuner.study.preflight.check_draft_pair", lambda t, d, trc: REJECTION if d.endswith("-4L") else None)
+        mp.setattr("tuner.engine.preflight.check_draft_pair", lambda t, d, trc: REJECTION if d.endswith("-4L") else None)
         return make_study(
             tmp_path_factory.mktemp("refused"),
             name="refused",
@@ -403,9 +388,9 @@ def test_each_speculative_trial_run_carries_its_acceptance_plot(study: FakeStudy
         spec = store.trial_spec(t)
         measured = t.state.name == "COMPLETE" and store.trial_record(t).duplicate_of is None
         has_profile = measured and spec is not None and not spec.is_baseline
-        assert (plots.ACCEPTANCE_ARTIFACT in names) == has_profile, (t.number, names)
+        assert (ACCEPTANCE_ARTIFACT in names) == has_profile, (t.number, names)
         if has_profile:
-            png = Path(client.download_artifacts(run_id, plots.ACCEPTANCE_ARTIFACT)).read_bytes()
+            png = Path(client.download_artifacts(run_id, ACCEPTANCE_ARTIFACT)).read_bytes()
             assert png.startswith(b"\x89PNG")
 
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tests.conftest import study_dict, write_study
+from tuner.engine.serve_file import serve_yaml
 from tuner.errors import UserError
-from tuner.outputs.serve_file import serve_yaml
 from tuner.results.schedule import Option, StaticBest, choose_k, decide, derive, ranges
 from tuner.study.config import StudyConfig
 from tuner.study.loader import load_study
@@ -116,7 +116,7 @@ def test_schedule_settings_are_checked_in_one_line(tmp_path: Path, schedule: dic
 
 
 def _fake_vllm(monkeypatch: pytest.MonkeyPatch, schedule_error: str | None = None) -> list[dict[str, Any]]:
-    from tuner.study import preflight, vllm_checks
+    from tuner.engine import preflight, vllm_checks
 
     seen: list[dict[str, Any]] = []
 
@@ -139,7 +139,7 @@ def _config(tmp_path: Path, **schedule: Any) -> StudyConfig:
 def test_data_parallel_skips_the_schedule_with_a_note_or_fails_when_forced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tuner.study.preflight import check_schedule
+    from tuner.engine.preflight import check_schedule
 
     _fake_vllm(monkeypatch)
     note = check_schedule(_config(tmp_path))
@@ -149,7 +149,7 @@ def test_data_parallel_skips_the_schedule_with_a_note_or_fails_when_forced(
 
 
 def test_a_vllm_without_the_key_is_found_before_any_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tuner.study.preflight import check_schedule
+    from tuner.engine.preflight import check_schedule
 
     seen = _fake_vllm(monkeypatch, schedule_error="unexpected keyword argument")
     data = study_dict(tmp_path, schedule={"enabled": True})

@@ -132,22 +132,28 @@ def test_export_says_when_speculation_does_not_pay(tmp_path: Path, fake_engine: 
     assert "speculative-config" not in text
 
 
-def test_per_level_metrics_and_pareto_objectives(tmp_path: Path, fake_engine: str) -> None:
+def test_per_level_metrics(tmp_path: Path, fake_engine: str) -> None:
     data = study_dict(tmp_path, budget={"trials": 4, "trial_timeout_s": 60})
-    data["workload"].update({"batch_sizes": [1, 8], "combine": "pareto"})
+    data["workload"].update({"batch_sizes": [1, 8]})
     assert _run(tmp_path, data) == 0
     study = _load(data)
-    assert len(study.directions) == 2
     complete = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
-    assert complete and all(len(t.values) == 2 for t in complete)
+    assert complete and all(len(t.values) == 1 for t in complete)
     metrics = store.trial_metrics(complete[0])
     assert metrics is not None
     for bs in (1, 8):
         level = metrics.level(bs)
         assert level is not None
         assert level.tokens_per_s > 0 and level.ttft_median_s is not None and level.tpot_p90_s is not None
-    assert study.best_trials
     assert "speedup over no speculation" in render_export(study)
+
+
+def test_pareto_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = study_dict(tmp_path)
+    data["workload"]["combine"] = "pareto"
+    assert _run(tmp_path, data) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "workload.combine: " in err[0] and "fix:" in err[0], err
 
 
 def test_secrets_stay_out_of_mlflow_and_exports(

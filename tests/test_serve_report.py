@@ -44,8 +44,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> FakeStudy:
     with pytest.MonkeyPatch.context() as mp:
         # The pre-flight (a vLLM subprocess and tokenizer loads, ~20 s) has its own tests (test_methods,
         # test_pair_check); here every candidate passes it.
-        mp.setattr("tuner.study.preflight.check_with_vllm", lambda config, names: {})
-        mp.setattr("tuner.study.preflight.check_draft_pair", lambda target, draft, trust: None)
+        mp.setattr("tuner.engine.preflight.check_with_vllm", lambda config, names: {})
+        mp.setattr("tuner.engine.preflight.check_draft_pair", lambda target, draft, trust: None)
         return make_study(
             tmp_path_factory.mktemp("serve-report"),
             name="serve-report",

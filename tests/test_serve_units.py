@@ -180,13 +180,8 @@ def test_serve_settings_need_serve_mode() -> None:
         WorkloadConfig(prompts="p.jsonl", serve={"objective": "throughput"})  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="goodput needs latency limits"):
         WorkloadConfig(prompts="p.jsonl", mode="serve", serve={"objective": "goodput"})  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match="combine: weighted"):
-        WorkloadConfig(
-            prompts="p.jsonl",  # type: ignore[arg-type]
-            mode="serve",
-            combine="pareto",
-            serve={"objective": "goodput", "slo": {"ttft_ms": 100}},  # type: ignore[arg-type]
-        )
+    with pytest.raises(ValidationError, match="no longer offered"):
+        WorkloadConfig(prompts="p.jsonl", combine="pareto")  # type: ignore[arg-type]
 
 
 def test_served_window_round_trips() -> None:

@@ -11,7 +11,7 @@ from tests.conftest import study_dict, write_study
 from tuner.study.config import StudyConfig
 from tuner.study.loader import load_study
 from tuner.study.space import baseline_params, candidate_names, first_trial_params, grid, suggest
-from tuner.trial.spec import llm_kwargs
+from tuner.study.spec import llm_kwargs
 
 
 def _study(tmp_path: Path, **overrides: Any) -> StudyConfig:

@@ -12,8 +12,8 @@ from optuna.trial import TrialState, create_trial
 
 from tests.conftest import study_dict, write_study
 from tuner.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_RESUMABLE, main
+from tuner.engine import preflight, vllm_checks
 from tuner.results import store
-from tuner.study import preflight, vllm_checks
 from tuner.study.loader import load_study
 from tuner.trial.deadline import Deadline, expected_engine_s
 from tuner.trial.optimize import OptimizeOptions, StudyRunner

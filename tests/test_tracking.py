@@ -8,8 +8,8 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
-from tuner.outputs import mlflow_ui
-from tuner.outputs.tracking import Tracker
+from tuner.results import mlflow_ui
+from tuner.results.tracking import Tracker
 
 
 def test_worker_that_loses_the_experiment_creation_race_uses_the_winners(tmp_path: Path, monkeypatch: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tuner.study import vllm_checks
+from tuner.engine import vllm_checks
 
 
 @pytest.fixture

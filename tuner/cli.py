@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tuner.environment import STORAGE_ENV, TRACKING_ENV
 from tuner.errors import UserError
 from tuner.redaction import mask_url, redact
 
@@ -18,9 +19,6 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 # --timeout stopped the study before its end (sysexits' EX_TEMPFAIL): run the same command again to resume.
 EXIT_RESUMABLE = 75
-# Defaults for --storage and --tracking-uri: URLs with passwords stay out of the command line (and `ps`).
-STORAGE_ENV = "SPECDEC_TUNER_STORAGE"
-TRACKING_ENV = "SPECDEC_TUNER_TRACKING_URI"
 REPORT_FORMATS = ("html", "md")
 
 
@@ -197,7 +195,7 @@ def _stopped(runner: StudyRunner) -> int:
 
 
 def _print_trials_url(tracking_uri: str, experiment_id: str) -> None:
-    from tuner.outputs.mlflow_ui import trials_url
+    from tuner.results.mlflow_ui import trials_url
 
     url = trials_url(tracking_uri, experiment_id)
     if url:
@@ -266,7 +264,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_check_pair(args: argparse.Namespace) -> int:
     from tuner.study.pair_check import compare_pair, render
-    from tuner.trial.spec import local_path_missing, resolve_model
+    from tuner.study.spec import local_path_missing, resolve_model
 
     target, draft = resolve_model(args.target), resolve_model(args.draft)
     for flag, path in (("--target", target), ("--draft", draft)):

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tuner.cli import STORAGE_ENV, TRACKING_ENV
 from tuner.engine import measure as engine_worker
 from tuner.engine import process_guard
 from tuner.engine.request import EngineResult, ProgressEvent, TrialRequest
+from tuner.environment import STORAGE_ENV, TRACKING_ENV
 from tuner.redaction import is_secret_key
 
 # oom: out of memory, by the engine's log or the kernel's OOM-kill record; killed: SIGKILL with no such record.

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.engine.process import EngineProcess
+from tuner.engine.serve_file import serve_yaml
 from tuner.engine.vllm_metrics import Snapshot, snapshot_from_prometheus
-from tuner.outputs.serve_file import serve_yaml
 
 HOST = "127.0.0.1"
 CONFIG_FILE = "serve.yaml"  # a .yaml name: vLLM's --config reads nothing else

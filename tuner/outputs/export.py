@@ -6,8 +6,8 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuner.engine.serve_file import serve_config, serve_yaml
 from tuner.errors import UserError
-from tuner.outputs.serve_file import serve_config, serve_yaml
 from tuner.results import store
 from tuner.results.choice import choose
 from tuner.results.scoring import TrialMetrics, level_name

@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
+from tuner.engine.serve_file import serve_yaml
 from tuner.outputs.export import USE_LINE, confirmation_lines, measurement_lines
-from tuner.outputs.serve_file import serve_yaml
 from tuner.results.schedule import RULE, VALIDATION_RULE, LevelCheck, LevelChoice, StaticBest
 from tuner.results.scoring import level_name
 from tuner.trial import confirm, schedule_check

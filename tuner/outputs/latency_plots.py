@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tuner.outputs.plots import _PALETTE, BASELINE_COLOR, _note, new_figure
+from tuner.outputs.plots import BASELINE_COLOR, PALETTE, new_figure, note_on
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,7 +26,7 @@ def latency_vs_load(finalists: Sequence[tuple[str, TrialRow]], slo: SloSummary |
     fig = new_figure(width=10.0, height=3.4 * (2 if probed else 1))
     grid = fig.subplots(2 if probed else 1, 2, squeeze=False)
     colors = [
-        BASELINE_COLOR if r.spec is not None and r.spec.is_baseline else _PALETTE[i]
+        BASELINE_COLOR if r.spec is not None and r.spec.is_baseline else PALETTE[i]
         for i, (_, r) in enumerate(finalists)
     ]
     limits = {"ttft": slo.ttft_ms if slo else None, "tpot": slo.tpot_ms if slo else None}
@@ -45,11 +45,11 @@ def latency_vs_load(finalists: Sequence[tuple[str, TrialRow]], slo: SloSummary |
             ax.set_ylabel(f"p{pct} {name} (ms)")
             ax.set_title(f"p{pct} {name} against {'request rate' if by_rate else 'concurrency'}", fontsize="medium")
             ax.grid(alpha=0.3)
-        _level_ticks(
+        level_ticks(
             grid[0][col], sorted({lv.batch_size for _, r in finalists if r.metrics for lv in r.metrics.levels})
         )
     if not finalists:
-        _note(grid[0][0], "no completed trial")
+        note_on(grid[0][0], "no completed trial")
     else:
         grid[0][0].legend(fontsize="x-small", loc="upper left")
     fig.suptitle("Served latency against load" + (" (×: SLO missed)" if slo is not None else ""))
@@ -73,7 +73,7 @@ def _latency_line(ax: Axes, row: TrialRow, label: str, color: str, key: str, pct
         ax.scatter(x, y, marker="x" if held is False else "o", color=color, zorder=3)
 
 
-def _level_ticks(ax: Axes, levels: list[int]) -> None:
+def level_ticks(ax: Axes, levels: list[int]) -> None:
     """A tick at each measured level; concurrencies like 1, 8, 64 on a log2 axis."""
     if levels and levels[-1] / levels[0] >= 16:
         ax.set_xscale("log", base=2)

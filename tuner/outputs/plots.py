@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import io
-import logging
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -19,14 +18,10 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from tuner.outputs.report.model import TrialRow
-    from tuner.outputs.tracking import Tracker
-    from tuner.results.scoring import TrialMetrics
 
-log = logging.getLogger(__name__)
 
-ACCEPTANCE_ARTIFACT = "acceptance_profile.png"
-_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
-_PALETTE += ["#17becf"]
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
+PALETTE += ["#17becf"]
 BASELINE_COLOR = "#444444"
 
 
@@ -56,7 +51,7 @@ def candidate_colors(rows: Sequence[TrialRow]) -> dict[str, str]:
         if row.spec.is_baseline:
             colors[row.spec.candidate] = BASELINE_COLOR
         else:
-            colors[row.spec.candidate] = _PALETTE[(len(colors)) % len(_PALETTE)]
+            colors[row.spec.candidate] = PALETTE[(len(colors)) % len(PALETTE)]
     return colors
 
 
@@ -66,7 +61,7 @@ def _integer_ticks(ax: Axes) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _note(ax: Axes, text: str) -> None:
+def note_on(ax: Axes, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666", wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -80,7 +75,7 @@ def history(rows: Sequence[TrialRow]) -> Figure:
     colors = candidate_colors(rows)
     scored = [r for r in rows if r.metrics is not None]
     if not rows:
-        _note(ax, "no trials yet")
+        note_on(ax, "no trials yet")
         return fig
     for cand, color in colors.items():
         pts = [r for r in scored if r.spec is not None and r.spec.candidate == cand]
@@ -153,7 +148,7 @@ def importances(values: dict[str, float] | None, note: str = "") -> Figure:
     ax = fig.add_subplot()
     ax.set_title("Parameter importances for the score")
     if not values:
-        _note(ax, note or "not enough completed trials")
+        note_on(ax, note or "not enough completed trials")
         return fig
     names = list(values)[::-1]
     ax.barh(names, [values[n] for n in names], color="#1f77b4")
@@ -176,7 +171,7 @@ def throughput_vs_k(rows: Sequence[TrialRow]) -> Figure:
     axes = fig.subplots(1, panels, squeeze=False)[0]
     colors = candidate_colors(rows)
     if not batch_sizes:
-        _note(axes[0], "no completed trial")
+        note_on(axes[0], "no completed trial")
         return fig
     for ax, bs in zip(axes, batch_sizes, strict=True):
         base = [
@@ -227,7 +222,7 @@ def acceptance_per_position(rows: Sequence[TrialRow]) -> Figure:
         if held is None or (held.metrics is not None and r.metrics.score > held.metrics.score):
             best[r.spec.candidate] = r
     if not best:
-        _note(ax, "no completed speculative trial")
+        note_on(ax, "no completed speculative trial")
         ax.set_title("Accepted tokens per position")
         return fig
     for cand, r in best.items():
@@ -260,7 +255,7 @@ def engine_start_vs_eager(rows: Sequence[TrialRow]) -> Figure:
     measured = [r for r in rows if r.metrics is not None and r.spec is not None and r.duplicate_of is None]
     ax.set_title("Engine start time against enforce_eager")
     if not measured:
-        _note(ax, "no completed trial")
+        note_on(ax, "no completed trial")
         return fig
     positions = {True: 0, False: 1}
     seen: set[str] = set()
@@ -307,7 +302,7 @@ def compare_studies(named: dict[str, Sequence[TrialRow]]) -> Figure:
             per = best.setdefault(r.spec.candidate, {})
             per[study] = max(r.speedup, per.get(study, -math.inf))
     if not best:
-        _note(ax, "no completed trial with a speedup in these studies")
+        note_on(ax, "no completed trial with a speedup in these studies")
         return fig
     cands = list(best)
     studies = list(named)
@@ -315,7 +310,7 @@ def compare_studies(named: dict[str, Sequence[TrialRow]]) -> Figure:
     for i, study in enumerate(studies):
         xs = [j + (i - (len(studies) - 1) / 2) * width for j in range(len(cands))]
         ys = [best[c].get(study, math.nan) for c in cands]
-        bars = ax.bar(xs, ys, width=width, label=study, color=_PALETTE[i % len(_PALETTE)])
+        bars = ax.bar(xs, ys, width=width, label=study, color=PALETTE[i % len(PALETTE)])
         ax.bar_label(bars, fmt="%.2f×", fontsize="x-small")
     ax.axhline(1.0, color=BASELINE_COLOR, linestyle="--", linewidth=1, label="no speculation")
     ax.set_xticks(range(len(cands)), cands)
@@ -327,42 +322,3 @@ def compare_studies(named: dict[str, Sequence[TrialRow]]) -> Figure:
 
 
 # -- one trial ----------------------------------------------------------------------------------------
-def acceptance_profile(metrics: TrialMetrics, title: str = "") -> Figure:
-    """A small bar chart of one trial's accepted tokens per draft position."""
-    fig = new_figure(width=4.0, height=2.6)
-    ax = fig.add_subplot()
-    rates = metrics.spec.per_position_rate
-    if not rates:
-        _note(ax, "no speculative decoding in this trial")
-    else:
-        positions = list(range(1, len(rates) + 1))
-        bars = ax.bar(positions, rates, color="#1f77b4")
-        ax.bar_label(bars, fmt="%.2f", fontsize="x-small")
-        ax.set_xticks(positions)
-        ax.set_ylim(0, 1.1)
-        ax.set_xlabel("draft position")
-        ax.set_ylabel("accepted per draft")
-        rate, mal = metrics.spec.acceptance_rate, metrics.spec.mean_acceptance_length
-        if rate is not None and mal is not None:
-            ax.text(
-                0.98,
-                0.95,
-                f"acceptance {rate:.0%}\nmean acceptance length {mal:.2f}\n(tokens per drafted step)",
-                transform=ax.transAxes,
-                ha="right",
-                va="top",
-                fontsize="small",
-            )
-    ax.set_title(title or "Acceptance profile", fontsize="medium")
-    return fig
-
-
-def log_acceptance_plot(tracker: Tracker, run_id: str, metrics: TrialMetrics, title: str = "") -> None:
-    """Attach the trial's acceptance profile to its MLflow run; never fails the trial."""
-    if not metrics.spec.per_position_rate:
-        return
-    try:
-        fig = acceptance_profile(metrics, title)
-        tracker.client.log_figure(run_id, fig, ACCEPTANCE_ARTIFACT)
-    except Exception as exc:  # a plot must never cost a measured trial
-        log.warning("could not log the acceptance plot of run %s: %s", run_id, exc)

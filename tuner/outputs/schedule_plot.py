@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tuner.outputs.latency_plots import _level_ticks
-from tuner.outputs.plots import _PALETTE, BASELINE_COLOR, _note, new_figure
+from tuner.outputs.latency_plots import level_ticks
+from tuner.outputs.plots import BASELINE_COLOR, PALETTE, new_figure, note_on
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -54,19 +54,19 @@ def speedup_vs_level(rows: Sequence[TrialRow], run: ScheduleRun | None = None, m
     fig = new_figure(width=min(4.6 * panels + 2.0, 15.0), height=3.9)
     axes = fig.subplots(1, panels, squeeze=False, sharey=True)[0]
     if not order:
-        _note(axes[0], "no completed speculative trial")
+        note_on(axes[0], "no completed speculative trial")
         return fig
     levels = sorted({lv for per_k in curves.values() for pts in per_k.values() for lv in pts})
     for ax, drafter in zip(axes, order, strict=True):
         ax.axhline(1.0, color=BASELINE_COLOR, linestyle="--", linewidth=1.2, label="no speculation (1.0)")
         for i, (k, pts) in enumerate(sorted(curves[drafter].items())):
             xs = sorted(pts)
-            ax.plot(xs, [pts[x] for x in xs], marker="o", color=_PALETTE[i % len(_PALETTE)], alpha=0.8, label=f"k={k}")
+            ax.plot(xs, [pts[x] for x in xs], marker="o", color=PALETTE[i % len(PALETTE)], alpha=0.8, label=f"k={k}")
         if schedule is not None and drafter == schedule.drafter and run is not None:
             _draw_schedule(ax, run)
         ax.set_title(drafter, fontsize="medium")
         ax.set_xlabel(noun)
-        _level_ticks(ax, levels)
+        level_ticks(ax, levels)
         ax.margins(x=0.1)  # room for the k labels beside the last level
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small", loc="best")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from tuner.results.scoring import TrialMetrics
-from tuner.trial.spec import TrialSpec
+from tuner.study.spec import TrialSpec
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial, Trial

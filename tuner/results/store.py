@@ -14,7 +14,7 @@ from tuner.redaction import mask_url
 from tuner.results import record as trial_records
 from tuner.results.record import TrialRecord
 from tuner.results.scoring import TrialMetrics, apply_reference, reference_levels
-from tuner.trial.spec import TrialSpec
+from tuner.study.spec import TrialSpec
 
 if TYPE_CHECKING:
     import optuna
@@ -41,8 +41,6 @@ PARENT_TAG_KEY = "mlflow.parentRunId"
 FINGERPRINT = "fingerprint"
 # Bumped when the value Optuna sees changes meaning (2: weighted per-level speedups, no longer tokens/s).
 SCORE_VERSION = 2
-# Study-file sections that may change between runs of one study: they do not change what a trial measures.
-UNFINGERPRINTED = frozenset({"budget", "confirm", "schedule", "tracking", "storage", "description"})
 STUDY_FILE = "study_file"
 # A FAIL with one of these classes is a real result; other FAILs (interrupted, killed worker) are retried.
 COUNTED_FAILURES = ("timeout", "oom", "killed", "engine_error", "invalid_config")

@@ -11,6 +11,8 @@ from tuner.study.methods import Method, check_candidate, rules
 
 # vLLM accepts larger values, but no deployment gains past this; a typo like 64 is caught here.
 MAX_SPECULATIVE_TOKENS = 16
+# Study-file sections that may change between runs of one study: they do not change what a trial measures.
+UNFINGERPRINTED = frozenset({"budget", "confirm", "schedule", "tracking", "storage", "description"})
 
 
 class StrictModel(BaseModel):
@@ -201,20 +203,28 @@ class WorkloadConfig(StrictModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Sent with every request when set.")
     batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1], min_length=1)
     batch_weights: list[Annotated[float, Field(gt=0)]] | None = None
-    # weighted: one objective, the weighted mean of each level's score over the best baseline's (tuner.results.scoring).
-    # pareto: one objective per batch size (Optuna multi-objective); the export still picks by weighted score.
-    combine: Literal["weighted", "pareto"] = "weighted"
+    # One objective: the weighted mean of each level's score over the best baseline's (tuner.results.scoring).
+    combine: Literal["weighted"] = "weighted"
     repeats: int = Field(default=3, ge=1)
     warmup_prompts: int = Field(default=2, ge=0)
     max_prompts: int | None = Field(default=None, ge=1)
     serve: ServeConfig = ServeConfig()
 
+    @field_validator("combine", mode="before")
+    @classmethod
+    def _no_pareto(cls, value: Any) -> Any:
+        if value == "pareto":
+            raise ValueError(
+                "'pareto' is no longer offered: the export, the report and the confirmation all decide by the "
+                "weighted score, so a per-level front changed only what the sampler proposed; fix: remove combine "
+                "and weigh the levels with batch_weights"
+            )
+        return value
+
     @model_validator(mode="after")
     def _serve_settings(self) -> WorkloadConfig:
         if self.mode != "serve" and "serve" in self.model_fields_set:
             raise ValueError("serve settings are used in serve mode only; fix: add mode: serve, or remove serve")
-        if self.serve.objective == "goodput" and self.combine == "pareto":
-            raise ValueError("objective goodput is one objective; fix: use combine: weighted")
         return self
 
     @model_validator(mode="after")

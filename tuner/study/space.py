@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from tuner.study import methods
 from tuner.study.config import Candidate, StudyConfig
-from tuner.trial.spec import TrialSpec, baseline_spec, spec_from_candidate
+from tuner.study.spec import TrialSpec, baseline_spec, spec_from_candidate
 
 CANDIDATE = "candidate"
 ENFORCE_EAGER = "enforce_eager"

@@ -22,7 +22,6 @@ and ``report`` read the decision from there.
 
 from __future__ import annotations
 
-import signal
 import statistics
 import sys
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from tuner.results import store
+from tuner.trial.interrupts import sigterm_interrupts
 
 if TYPE_CHECKING:
     import optuna
@@ -243,8 +243,6 @@ def _finalists(specs: list[FrozenTrial], base: FrozenTrial) -> list[Finalist]:
 # -- measuring ----------------------------------------------------------------------------------------
 def confirm_study(runner: StudyRunner) -> Confirmation | None:
     """Measure the finalists in fresh engines (resuming a stored, unfinished confirmation)."""
-    from tuner.trial.optimize import _raise_interrupt
-
     config, study = runner.config, runner.study
     if study is None or not config.confirm.enabled:
         return None
@@ -267,8 +265,7 @@ def confirm_study(runner: StudyRunner) -> Confirmation | None:
             skipped="" if kept else behind,
         )
         study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
+    with sigterm_interrupts():
         for round_, finalist in conf.plan():
             if conf.measured(round_, finalist.trial) is not None:
                 continue
@@ -277,8 +274,6 @@ def confirm_study(runner: StudyRunner) -> Confirmation | None:
             run = _measure(runner, conf, round_, finalist)
             conf.engines.append(run)
             study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))  # durable before the next engine
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     _log_decision(runner, conf)
     return conf
 
@@ -287,8 +282,8 @@ def clearly_behind(study: optuna.Study, config: StudyConfig, best_spec: FrozenTr
     """Why fresh engines cannot matter, or "": the best speculative trial's weighted speedup is more than the
     study's noise below 1 (tuner.trial.pruning's noise: the largest spread between one engine's repeats at any
     measured level, at least 3%). Under the goodput objective the SLO search decides: always confirmed."""
+    from tuner.results.noise import study_noise
     from tuner.results.scoring import SLO_RATE_LEVEL
-    from tuner.trial.pruning import study_noise
 
     if list(_weights(config)) == [SLO_RATE_LEVEL]:
         return ""
@@ -332,9 +327,9 @@ def _say(runner: StudyRunner, text: str) -> None:
 def _measure(runner: StudyRunner, conf: Confirmation, round_: int, finalist: Finalist) -> EngineRun:
     from tuner.engine.process import run_engine
     from tuner.engine.request import TrialRequest
-    from tuner.outputs.tracking import PARENT_TAG, ROLE_TAG, STUDY_TAG
     from tuner.results.scoring import SLO_RATE_LEVEL, level_metrics
-    from tuner.trial.spec import llm_kwargs
+    from tuner.results.tracking import PARENT_TAG, ROLE_TAG, STUDY_TAG
+    from tuner.study.spec import llm_kwargs
 
     ps = runner.ready()
     trial = ps.study.trials[finalist.trial]

@@ -13,8 +13,8 @@ from tuner.results.record import TrialRecord
 from tuner.trial.prepared import PreparedStudy, TrialFailed
 
 if TYPE_CHECKING:
+    from tuner.study.spec import TrialSpec
     from tuner.trial.progress import ProgressView
-    from tuner.trial.spec import TrialSpec
 
 # What a repeat takes over from the trial it repeats.
 REUSED = ("metrics", "failure_class", "error", "pruned_reason", "engine", "llm_kwargs")
@@ -48,7 +48,7 @@ def find_duplicate(ps: PreparedStudy, view: ProgressView | None, spec: TrialSpec
 
 def reuse(
     ps: PreparedStudy, view: ProgressView, trial: Trial, spec: TrialSpec, rec: TrialRecord, source: FrozenTrial
-) -> float | list[float]:
+) -> float:
     """The sampler proposed a configuration already measured: reuse its outcome, spend no engine time."""
     measured = store.trial_record(source)
     rec.duplicate_of = source.number
@@ -80,4 +80,4 @@ def reuse(
     if source.state == TrialState.FAIL:
         raise TrialFailed(f"same configuration as trial {source.number}, which failed")
     assert source.values is not None  # a COMPLETE trial has its values
-    return list(source.values) if ps.multi_objective else float(source.values[0])
+    return float(source.values[0])

@@ -9,17 +9,17 @@ from optuna.trial import Trial
 
 from tuner.engine.process import RunOutcome, log_tail, run_engine
 from tuner.engine.request import TrialRequest
-from tuner.outputs.plots import log_acceptance_plot
 from tuner.redaction import redact
 from tuner.results import record, store
 from tuner.results.record import RETRY_OF, TrialRecord
 from tuner.results.scoring import TrialMetrics, apply_reference, reference_levels, score_result
 from tuner.study.space import suggest
+from tuner.study.spec import TrialSpec, llm_kwargs
+from tuner.trial.acceptance_plot import log_acceptance_plot
 from tuner.trial.dedup import find_duplicate, reuse
 from tuner.trial.prepared import PreparedStudy, TrialFailed
 from tuner.trial.progress import ProgressView
 from tuner.trial.pruning import PruneHook, pruning_saved_s
-from tuner.trial.spec import TrialSpec, llm_kwargs
 
 
 class TrialExecutor:
@@ -27,7 +27,7 @@ class TrialExecutor:
         self.ps = ps
         self.view = view
 
-    def objective(self, trial: Trial) -> float | list[float]:
+    def objective(self, trial: Trial) -> float:
         ps = self.ps
         spec = suggest(trial, ps.config, ps.preflight.allowed)
         rec = TrialRecord(spec=spec, retry_of=trial.user_attrs.get(RETRY_OF))
@@ -71,12 +71,12 @@ class TrialExecutor:
     def _measure(self, trial: Trial, spec: TrialSpec, kwargs: dict[str, Any]) -> RunOutcome:
         ps = self.ps
         request = TrialRequest.for_study(ps.config, ps.prompts, kwargs)
-        hook = PruneHook(trial, spec, ps.config, self.view, report=not ps.multi_objective)
+        hook = PruneHook(trial, spec, ps.config, self.view)
         return run_engine(request, ps.workdir / f"trial-{trial.number:03d}", ps.config.budget.trial_timeout_s, hook)
 
     def _record(
         self, trial: Trial, spec: TrialSpec, rec: TrialRecord, run_id: str, outcome: RunOutcome
-    ) -> float | list[float]:
+    ) -> float:
         ps, tracker = self.ps, self.ps.tracker
         # From the engine process's launch until its whole group is gone: spawn, start, warm-up,
         # measurement and shutdown. Study time outside these windows is the tuner's own overhead.
@@ -136,8 +136,6 @@ class TrialExecutor:
         self.view.trial_finished(
             trial.number, f"{metrics.tokens_per_s:.1f} tok/s{_fmt_speedup(metrics.speedup)}{slo}", best
         )
-        if ps.multi_objective:
-            return [level.score for level in metrics.levels]
         return metrics.score
 
     def _flag_lossless(self, run_id: str, spec: TrialSpec, metrics: TrialMetrics, device: str) -> None:

@@ -7,13 +7,11 @@ one trial's execution and record are in tuner.trial.execute.
 from __future__ import annotations
 
 import hashlib
-import signal
 import sys
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import optuna
@@ -21,21 +19,21 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from tuner.engine.hardware import Hardware, gpus_per_engine
 from tuner.engine.hardware import describe as describe_hardware
+from tuner.engine.preflight import REJECTED_ATTR, Preflight
+from tuner.engine.preflight_cache import CACHE_FILE, cached_preflight
 from tuner.errors import UserError
-from tuner.outputs.tracking import Tracker
 from tuner.redaction import mask_url, redact
 from tuner.results import store
-from tuner.study.config import StudyConfig
-from tuner.study.preflight import REJECTED_ATTR, Preflight
-from tuner.study.preflight_cache import CACHE_FILE, cached_preflight
+from tuner.results.tracking import Tracker
+from tuner.study.config import UNFINGERPRINTED, StudyConfig
 from tuner.study.prompts import load_prompts
 from tuner.study.space import baseline_params, first_trial_params, grid
 from tuner.trial.coordination import Heartbeat, study_lock
 from tuner.trial.deadline import Deadline
 from tuner.trial.execute import TrialExecutor
+from tuner.trial.interrupts import sigterm_interrupts
 from tuner.trial.prepared import PreparedStudy, TrialFailed
 from tuner.trial.progress import ProgressView
-from tuner.trial.pruning import NoiseAwarePercentilePruner
 
 __all__ = ["MAX_ATTEMPTS", "OptimizeOptions", "StudyRunner", "TrialFailed", "optimize", "prepare_only"]
 
@@ -53,10 +51,6 @@ class OptimizeOptions:
     show_progress: bool = True
     timeout_s: float | None = None  # --timeout: counted from `started`, the command's start
     started: float = field(default_factory=time.monotonic)
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 class NotPrepared(RuntimeError):
@@ -82,7 +76,6 @@ class StudyRunner:
         self.storage: Any = None
         self.prepared: PreparedStudy | None = None
         self._mlflow_closed: set[int] = set()  # trials whose MLflow run is known to be closed
-        self.multi_objective = config.workload.combine == "pareto"
 
     # -- set-up ---------------------------------------------------------------------------------
     def prepare(self) -> PreparedStudy:
@@ -146,21 +139,16 @@ class StudyRunner:
                 group=True,
                 constant_liar=True,
             )
-        pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
-        if cfg.pruning.enabled and not self.multi_objective:
-            # Not optuna.pruners.PercentilePruner: its percentile is the share of trials it keeps.
-            pruner = NoiseAwarePercentilePruner(
-                cfg.pruning.percentile, cfg.pruning.startup_trials, cfg.workload.batch_sizes, cfg.workload.repeats
-            )
         study = optuna.create_study(
             study_name=cfg.name,
             storage=storage,
             sampler=sampler,
-            pruner=pruner,
-            directions=["maximize"] * (len(cfg.workload.batch_sizes) if self.multi_objective else 1),
+            # The engine's progress hook prunes (tuner.trial.pruning.PruneHook), not Optuna's should_prune().
+            pruner=optuna.pruners.NopPruner(),
+            direction="maximize",
             load_if_exists=True,
         )
-        settings = cfg.model_dump(mode="json", exclude=set(store.UNFINGERPRINTED))
+        settings = cfg.model_dump(mode="json", exclude=set(UNFINGERPRINTED))
         legacy = store.fingerprint(settings)  # studies made before scores were per-level speedups
         # The prompts' content, not their path: workers on other hosts have other checkout paths.
         settings["workload"]["prompts"] = hashlib.sha256(cfg.workload.prompts.read_bytes()).hexdigest()
@@ -208,14 +196,13 @@ class StudyRunner:
         if (held := executor.best_so_far()) is not None:
             view.best = held[0]  # resumed: the best so far, not "-" until the next trial ends
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         status = "KILLED"
         try:
-            while (trial := self._next_trial(ps)) is not None:
-                self._run_trial(ps, executor, trial)
+            with sigterm_interrupts():
+                while (trial := self._next_trial(ps)) is not None:
+                    self._run_trial(ps, executor, trial)
             status = "FINISHED"
         finally:
-            signal.signal(signal.SIGTERM, previous)
             view.close()
             self._summarise_parent(ps, status)
 

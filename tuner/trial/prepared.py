@@ -11,9 +11,9 @@ if TYPE_CHECKING:
     import optuna
 
     from tuner.engine.hardware import Hardware
-    from tuner.outputs.tracking import Tracker
+    from tuner.engine.preflight import Preflight
+    from tuner.results.tracking import Tracker
     from tuner.study.config import StudyConfig
-    from tuner.study.preflight import Preflight
     from tuner.study.prompts import Prompt
 
 
@@ -31,10 +31,6 @@ class PreparedStudy:
     hardware: Hardware
     prompts: list[Prompt]
     workdir: Path
-
-    @property
-    def multi_objective(self) -> bool:
-        return self.config.workload.combine == "pareto"
 
     def hardware_tags(self) -> dict[str, str]:
         hw = self.hardware

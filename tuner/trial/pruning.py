@@ -19,23 +19,20 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import TrialState
 
-from tuner.results import store
+from tuner.results.noise import NOISE_FLOOR, study_noise
 from tuner.results.scoring import level_name
 from tuner.results.stats import percentile
 
 if TYPE_CHECKING:
-    from optuna.trial import FrozenTrial, Trial
+    from optuna.trial import Trial
 
     from tuner.engine.process import RunOutcome
     from tuner.engine.request import ProgressEvent
     from tuner.results.scoring import TrialMetrics
     from tuner.study.config import StudyConfig
+    from tuner.study.spec import TrialSpec
     from tuner.trial.progress import ProgressView
-    from tuner.trial.spec import TrialSpec
 
-# Two fresh engines of one configuration agree within about 2% on a quiet machine (docs/benchmarks.md,
-# noise): below 3% apart, two trials cannot be told apart, whatever one engine's repeats say.
-NOISE_FLOOR = 0.03
 
 
 def step_of(batch_sizes: Sequence[int], repeats: int, batch_size: int, repeat: int) -> int:
@@ -70,16 +67,6 @@ def decide(value: float, earlier: Sequence[float], percentile_q: float, noise: f
     return Verdict(prune, value, threshold, best, noise, len(earlier))
 
 
-def study_noise(trials: Sequence[FrozenTrial], batch_size: int) -> float:
-    """The largest within-trial CV at this batch size among completed trials, at least NOISE_FLOOR."""
-    cvs = [
-        lv.tokens_per_s_cv
-        for t in trials
-        if (m := store.trial_metrics(t)) is not None and (lv := m.level(batch_size)) is not None
-    ]
-    return max([NOISE_FLOOR, *cvs])
-
-
 def judge(
     study: optuna.Study,
     trial_number: int,
@@ -94,31 +81,12 @@ def judge(
     return decide(value, earlier, percentile_q, study_noise(done, batch_size), min_trials)
 
 
-class NoiseAwarePercentilePruner(optuna.pruners.BasePruner):
-    """Optuna's face of ``judge`` (``trial.should_prune()``); steps encode (batch size, repeat)."""
-
-    def __init__(self, percentile_q: float, min_trials: int, batch_sizes: Sequence[int], repeats: int) -> None:
-        self.percentile_q = percentile_q
-        self.min_trials = min_trials
-        self.batch_sizes = list(batch_sizes)
-        self.repeats = repeats
-
-    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        step = trial.last_step
-        if step is None:
-            return False
-        batch_size = self.batch_sizes[step // self.repeats]
-        value = float(trial.intermediate_values[step])
-        return judge(study, trial.number, step, value, batch_size, self.percentile_q, self.min_trials).prune
-
-
 class PruneHook:
     """Reports each measured repeat to Optuna and stops hopeless trials early."""
 
     def __init__(
-        self, trial: Trial, spec: TrialSpec, config: StudyConfig, view: ProgressView | None, report: bool = True
+        self, trial: Trial, spec: TrialSpec, config: StudyConfig, view: ProgressView | None
     ) -> None:
-        self.report = report  # Optuna's intermediate values exist for single-objective studies only
         self.trial = trial
         self.spec = spec
         self.config = config
@@ -148,15 +116,14 @@ class PruneHook:
             return None
         w = self.config.workload
         step = step_of(w.batch_sizes, w.repeats, m.batch_size, m.repeat)
-        if self.report:  # the baseline's values too: later trials are compared with them
-            self.trial.report(m.tokens_per_s, step)
+        self.trial.report(m.tokens_per_s, step)  # the baseline's values too: later trials are compared with them
         if self.spec.is_baseline:
             return None
         rate = m.spec.acceptance_rate
         if rate is not None and rate < self.config.pruning.min_acceptance_rate:
             return f"acceptance {rate:.1%} below pruning.min_acceptance_rate"
         # Goodput is decided by the rate search after the levels: throughput so far says nothing about it.
-        if not self.report or (w.mode == "serve" and w.serve.objective == "goodput"):
+        if w.mode == "serve" and w.serve.objective == "goodput":
             return None
         p = self.config.pruning
         verdict = judge(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,8 @@ from tuner.results import store
 from tuner.results.schedule import DEFAULT_CAP, Derivation, Option, Schedule, StaticBest, Verdict, decide, derive
 from tuner.results.scoring import TrialMetrics, apply_reference
 from tuner.study import methods
-from tuner.trial.spec import TrialSpec
+from tuner.study.spec import TrialSpec
+from tuner.trial.interrupts import sigterm_interrupts
 
 if TYPE_CHECKING:
     import optuna
@@ -146,7 +146,7 @@ def _option(k: int, trial: FrozenTrial, metrics: TrialMetrics) -> Option:
 
 
 def _noise(study: optuna.Study, levels: list[int]) -> dict[int, float]:
-    from tuner.trial.pruning import study_noise
+    from tuner.results.noise import study_noise
 
     done = store.completed(study)
     return {level: study_noise(done, level) for level in levels}
@@ -192,7 +192,7 @@ def schedule_spec(study: optuna.Study, schedule: Schedule) -> TrialSpec:
 # -- measuring ----------------------------------------------------------------------------------------
 def validate_schedule(runner: StudyRunner) -> ScheduleRun | None:
     """Derive the schedule and measure it in a fresh engine (reusing a stored measurement of the same engine)."""
-    from tuner.trial.spec import llm_kwargs
+    from tuner.study.spec import llm_kwargs
 
     config, study = runner.config, runner.study
     if study is None:
@@ -238,18 +238,14 @@ def _measure(runner: StudyRunner, run: ScheduleRun, schedule: Schedule) -> None:
     from tuner.engine.process import run_engine
     from tuner.engine.request import TrialRequest
     from tuner.results.scoring import score_result
-    from tuner.trial.optimize import _raise_interrupt
-    from tuner.trial.spec import llm_kwargs
+    from tuner.study.spec import llm_kwargs
 
     ps = runner.ready()
     kwargs = llm_kwargs(runner.config.target, ps.preflight.target_path, schedule_spec(ps.study, schedule))
     request = TrialRequest.for_study(runner.config, ps.prompts, kwargs)
     _say(runner, f"validating {schedule.text()} ({schedule.drafter}) in a fresh engine")
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
+    with sigterm_interrupts():
         outcome = run_engine(request, runner.workdir / WORKDIR, runner.config.budget.trial_timeout_s)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     run.wall_s = outcome.wall_s
     run.measured_on = dt.date.today().isoformat()
     if outcome.result is None:
@@ -263,7 +259,7 @@ def _measure(runner: StudyRunner, run: ScheduleRun, schedule: Schedule) -> None:
 
 def _log(runner: StudyRunner, run: ScheduleRun) -> None:
     """The validation engine's MLflow child run (created once per measurement) and the parent's verdict tags."""
-    from tuner.outputs.tracking import PARENT_TAG, ROLE_TAG, STUDY_TAG
+    from tuner.results.tracking import PARENT_TAG, ROLE_TAG, STUDY_TAG
 
     tracker = runner.tracker
     if tracker is None:

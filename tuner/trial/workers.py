@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from tuner.cli import STORAGE_ENV, TRACKING_ENV
 from tuner.engine.process import EngineProcess, env_with_project
+from tuner.environment import STORAGE_ENV, TRACKING_ENV
 from tuner.results import store
 from tuner.trial.optimize import StudyRunner
 

@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tuner.engine.preflight import REJECTED_ATTR
 from tuner.errors import UserError
 from tuner.outputs.report.importances import param_importances
 from tuner.outputs.report.model import (
@@ -22,7 +23,6 @@ from tuner.outputs.report.prose import explain, headline, settings, verdict
 from tuner.outputs.report.schedule_section import schedule_section
 from tuner.outputs.report.served import measurement_lines, served_levels, slo_summary, workload_mode
 from tuner.redaction import mask_url
-from tuner.study.preflight import REJECTED_ATTR
 
 if TYPE_CHECKING:
     import optuna

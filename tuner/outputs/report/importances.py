@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tuner.outputs.report.model import TrialRow
-    from tuner.trial.spec import TrialSpec
+    from tuner.study.spec import TrialSpec
 
 # Normalised settings the importances are computed over (Optuna's own parameter names are per candidate).
 FEATURES = ("candidate", "num_speculative_tokens", "enforce_eager", "prompt_lookup_max", "prompt_lookup_min")

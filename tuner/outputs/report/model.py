@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.results import store
 from tuner.results.record import TrialRecord
 from tuner.results.scoring import TrialMetrics, apply_reference
-from tuner.trial.spec import TrialSpec
+from tuner.study.spec import TrialSpec
 
 if TYPE_CHECKING:
     import optuna

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import optuna
 
     from tuner.outputs.report.model import TrialRow
-    from tuner.outputs.tracking import Tracker
+    from tuner.results.tracking import Tracker
     from tuner.study.config import StudyConfig
 
 REPORT_ARTIFACT = "report.html"
@@ -51,7 +51,7 @@ def log_study_artifacts(
 
 
 def _tag_best(tracker: Tracker, study_name: str, chosen: TrialRow | None) -> None:
-    from tuner.outputs.tracking import STUDY_TAG
+    from tuner.results.tracking import STUDY_TAG
 
     keep = chosen.mlflow_run_id if chosen is not None else None
     flagged = tracker.client.search_runs(
