@@ -54,9 +54,29 @@ def test_speculative_config_per_method(
     assert spec.speculative_config() == expected
 
 
-def test_extra_keys_are_passed_last_and_win() -> None:
-    built = methods.speculative_config("suffix", 2, extra={"suffix_decoding_max_tree_depth": 8, "method": "suffix"})
-    assert built == {"method": "suffix", "num_speculative_tokens": 2, "suffix_decoding_max_tree_depth": 8}
+def test_extra_keys_are_passed_last_and_cannot_override_the_tuners() -> None:
+    built = methods.speculative_config("suffix", 2, extra={"suffix_decoding_max_tree_depth": 8, "enforce_eager": True})
+    assert list((built or {}).items()) == [
+        ("method", "suffix"),
+        ("num_speculative_tokens", 2),
+        ("suffix_decoding_max_tree_depth", 8),
+        ("enforce_eager", True),
+    ]
+    # Each value differs from the tuner's: an implementation where either side silently wins fails here.
+    for key, value in (("method", "ngram"), ("num_speculative_tokens", 5), ("model", "/d"), ("prompt_lookup_max", 7)):
+        with pytest.raises(ValueError, match=f"extra.{key}: set by the tuner"):
+            methods.speculative_config("ngram", 2, None, 1, 3, extra={key: value})
+        with pytest.raises(ValidationError, match="set by the tuner; fix: remove it from extra"):
+            Candidate.model_validate({"name": "c", "method": "ngram", "extra": {key: value}})
+    # The schedule's validation engine passes its schedule this way (a study file may not: see above).
+    schedule = {methods.SCHEDULE: [[1, 4, 2]]}
+    assert methods.speculative_config("ngram", 2, extra=schedule) == {
+        "method": "ngram",
+        "num_speculative_tokens": 2,
+        **schedule,
+    }
+    with pytest.raises(ValidationError, match=methods.SCHEDULE):
+        Candidate.model_validate({"name": "c", "method": "ngram", "extra": schedule})
 
 
 def test_knobs_per_method() -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from tuner.study.methods import Method, check_candidate, rules
+from tuner.study.methods import Method, check_candidate, check_extra, rules
 
 # vLLM accepts larger values, but no deployment gains past this; a typo like 64 is caught here.
 MAX_SPECULATIVE_TOKENS = 16
@@ -80,6 +81,17 @@ class Candidate(StrictModel):
     _coerce_ranges = field_validator("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", mode="before")(
         classmethod(lambda cls, v: _int_range_field(v))
     )
+
+    @field_validator("extra")
+    @classmethod
+    def _no_tuner_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = check_extra(value)
+        if problem:
+            key, message = problem
+            # Raised as a ValidationError so that pydantic reports the key's own path (candidates.N.extra.KEY).
+            error = InitErrorDetails(type=PydanticCustomError("tuner_key", message), loc=(key,), input=value[key])
+            raise ValidationError.from_exception_data(cls.__name__, [error])
+        return value
 
     @model_validator(mode="after")
     def _method_rules(self) -> Candidate:

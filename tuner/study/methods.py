@@ -23,6 +23,16 @@ LOOKUP_MAX_DEFAULT = 4
 LOOKUP_MIN_DEFAULT = 2
 # Every per-trial knob, in the order the space suggests them (Optuna's sampler sees this order).
 KNOBS = (K, LOOKUP_MAX, LOOKUP_MIN)
+# speculative_config keys the tuner writes itself, each with where the study file sets it instead: a
+# candidate's ``extra`` that set one would measure (and export) something other than the trial's label.
+TUNER_KEYS: dict[str, str] = {
+    "method": "the candidate's method",
+    K: "the candidate's num_speculative_tokens (or search.num_speculative_tokens)",
+    "model": "the candidate's model",
+    LOOKUP_MAX: "the candidate's prompt_lookup_max",
+    LOOKUP_MIN: "the candidate's prompt_lookup_min",
+    SCHEDULE: "schedule: {enabled: true} (the tuner derives the schedule and measures it)",
+}
 
 
 class Bounds(Protocol):
@@ -84,6 +94,14 @@ def check_candidate(method: Method, model: str | None, has_k: bool, has_lookup: 
     return None
 
 
+def check_extra(extra: dict[str, Any]) -> tuple[str, str] | None:
+    """(key, problem and fix) for the first ``extra`` key that the tuner sets itself, or None."""
+    for key in extra:
+        if key in TUNER_KEYS:
+            return key, f"set by the tuner; fix: remove it from extra and set {TUNER_KEYS[key]}"
+    return None
+
+
 def clip_lookup(lookup_max: int | None, lookup_min: int | None) -> tuple[int, int]:
     """(max, min) with defaults for what is unset; vLLM requires min <= max, so min is clipped rather
     than a trial wasted."""
@@ -117,7 +135,8 @@ def speculative_config(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` (None: no speculation). Only keys that vLLM 0.26 and 0.32 both accept;
-    ``extra`` is the study file's own keys, passed as given."""
+    ``extra`` is the study file's own keys (and the schedule under validation), passed as given after the
+    tuner's. An ``extra`` key that this function sets itself raises ValueError."""
     if not METHODS[method].speculates:
         return None
     config: dict[str, Any] = {"method": method, K: num_speculative_tokens}
@@ -127,6 +146,10 @@ def speculative_config(
         config[LOOKUP_MAX] = prompt_lookup_max
     if prompt_lookup_min is not None:
         config[LOOKUP_MIN] = prompt_lookup_min
+    # The batch-size schedule under validation comes through extra (the study file cannot set it: config.py).
+    clash = [key for key in extra or {} if key in TUNER_KEYS and key != SCHEDULE]
+    if clash:
+        raise ValueError(f"extra.{clash[0]}: set by the tuner; fix: set {TUNER_KEYS[clash[0]]} instead")
     config.update(extra or {})
     return config
 

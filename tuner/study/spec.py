@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ class TrialSpec(BaseModel):
             self.prompt_lookup_min,
             self.prompt_lookup_max,
             self.enforce_eager,
-            tuple(sorted(self.extra.items())),
+            # JSON, so that list and dict values hash; sorted, so that key order does not matter.
+            tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in self.extra.items())),
         )
 
     def speculative_config(self) -> dict[str, Any] | None:
