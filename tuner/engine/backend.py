@@ -50,6 +50,7 @@ class BackendInfo:
     torch_version: str = ""
     device: str = ""
     peak_memory_bytes: int | None = None
+    resolved_args: dict[str, int] = field(default_factory=dict)  # EngineResult.resolved_args
 
 
 @runtime_checkable
@@ -75,7 +76,7 @@ class MeasurementBackend(Protocol):
         ...
 
     def info(self) -> BackendInfo:
-        """Versions, device and memory in use, read while the engine is up."""
+        """Versions, device, memory in use and the engine's resolved defaults, read while the engine is up."""
         ...
 
     def stop(self) -> None:

@@ -103,6 +103,7 @@ def run(request: TrialRequest, outdir: Path, backend: MeasurementBackend | None 
         peak_memory_bytes=info.peak_memory_bytes,
         mode=request.mode,
         slo=slo,
+        resolved_args=info.resolved_args,
     )
 
 

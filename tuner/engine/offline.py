@@ -4,12 +4,14 @@ fixed batches with ``LLM.generate``; the entry point that drives it is :mod:`tun
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from tuner.engine.backend import BackendInfo, LevelResult, RepeatHook, Workload
 from tuner.engine.request import RepeatMeasurement
+from tuner.engine.serve_file import RESOLVED_ARGS
 from tuner.engine.vllm_metrics import Snapshot, diff, snapshot
 from tuner.study.prompts import Prompt
 
@@ -110,11 +112,20 @@ class OfflineBackend:
         return snapshot(self._llm.get_metrics())
 
     def info(self) -> BackendInfo:
-        return device_info()
+        return dataclasses.replace(device_info(), resolved_args=resolved_args(self._llm))
 
     def stop(self) -> None:
         """Nothing to do: once the result is written the tuner kills this process's whole group,
         which is faster than vLLM's own shutdown."""
+
+
+def resolved_args(llm: Any) -> dict[str, int]:
+    """The values of ``RESOLVED_ARGS`` that ``llm`` runs with (vLLM 0.32: ``llm.llm_engine.vllm_config.
+    scheduler_config``); those this vLLM does not expose there are left out."""
+    engine_config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
+    scheduler = getattr(engine_config, "scheduler_config", None)
+    values = {name: getattr(scheduler, name, None) for name in RESOLVED_ARGS}
+    return {name: v for name, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _device_name(torch: Any) -> str:

@@ -130,6 +130,9 @@ class EngineResult(BaseModel):
     peak_memory_bytes: int | None = None
     mode: Literal["offline", "serve"] = "offline"
     slo: SloSearch | None = None
+    # What the measured engine resolved for the arguments it was not given (tuner.engine.serve_file.RESOLVED_ARGS);
+    # empty when this vLLM does not say, and in serve mode, whose server already starts from the exported file.
+    resolved_args: dict[str, int] = {}
 
 
 class ProgressEvent(BaseModel):

@@ -6,11 +6,27 @@ the exported file is exactly what was measured. No heavy imports: the trial's en
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
 from tuner.redaction import is_secret_key
+
+# Engine arguments whose defaults vLLM resolves by who builds the engine: ``vllm.LLM`` and ``vllm serve``
+# differ (vLLM 0.32 CPU: max_num_seqs 256 vs 128, max_num_batched_tokens 4096 vs 2048; an H200: 16384 vs 8192
+# tokens), so a served file that leaves them out would not run the engine an offline trial measured.
+RESOLVED_ARGS = ("max_num_seqs", "max_num_batched_tokens")
+
+
+def pin_resolved(llm_kwargs: Mapping[str, Any], resolved: Mapping[str, int]) -> dict[str, Any]:
+    """``llm_kwargs`` with each ``resolved`` value (``EngineResult.resolved_args``) added where the arguments
+    leave it unset, so that ``vllm serve`` runs the values the measured engine ran with; set ones are kept."""
+    pinned = dict(llm_kwargs)
+    for key, value in resolved.items():
+        if pinned.get(key) is None:
+            pinned[key] = value
+    return pinned
 
 
 def serve_config(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
