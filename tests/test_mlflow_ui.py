@@ -281,6 +281,12 @@ def test_trial_runs_with_their_figures_in_the_browser(
                 assert abs(float(text) - value) <= 0.01 * abs(value) + 1e-3, (trial.number, key, text, value)
                 shown += 1
     assert shown >= 6  # at least the baseline and the two measured n-gram trials
+    # A pruned trial is a FINISHED run with empty metrics, a crashed one a FAILED run: the state column says so.
+    states = {
+        t.number: cells.get(store.trial_record(t).mlflow_run_id or "", {}).get("tags.`state`")
+        for t in logged_study.trials
+    }
+    assert states == {0: "COMPLETE", 1: "COMPLETE", 2: "PRUNED", 3: "FAIL", 4: "COMPLETE"}, states
 
 
 def test_documented_search_works_in_the_browser(

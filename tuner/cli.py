@@ -195,11 +195,13 @@ def _stopped(runner: StudyRunner) -> int:
 
 
 def _print_trials_url(tracking_uri: str, experiment_id: str) -> None:
-    from tuner.results.mlflow_ui import trials_url
+    from tuner.results.mlflow_ui import trials_url, ui_command
 
     url = trials_url(tracking_uri, experiment_id)
     if url:
-        print(f"trials in MLflow: {url}", file=sys.stderr)
+        command = ui_command(tracking_uri)
+        served_by = f" (served by: {command})" if command else ""
+        print(f"trials in MLflow: {url}{served_by}", file=sys.stderr)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
