@@ -8,7 +8,15 @@
 # It calls ../shared/gpu/make_offline_bundle.sh (SHARED_GPU overrides) with:
 #   HOST_PACKAGES  made from the H200's `pip list --format freeze` (HOST_FREEZE, ../shared/gpu/host-freeze.txt):
 #                  every NVIDIA/CUDA library (nvidia-*, cuda-*) a bare name, so the host's CUDA 13 libraries are
-#                  used whatever versions torch asks for (cuDNN, cuBLAS and NCCL alone are over a gigabyte);
+#                  used whatever versions torch asks for (cuDNN, cuBLAS and NCCL alone are over a gigabyte),
+#                  except NCCL: torch 2.13.0's libtorch_cuda.so needs ncclCommResume, which the host's NCCL
+#                  2.28.9 lacks ("undefined symbol: ncclCommResume" at `import torch`, 2026-12-04), so
+#                  nvidia-nccl-cu13==NCCL_VERSION (default 2.29.7, what torch 2.13.0 asks for; 206 MB) is
+#                  added to the bundle here (the shared script's pip download does not look for its
+#                  manylinux_2_18 wheel).
+#                  cuDNN is not carried: torch 2.13.0 was built with 9.20, the host has 9.19, and torch refuses
+#                  it on first use ("cuDNN version incompatibility"), but vLLM's text path (FLASH_ATTN) never
+#                  uses cuDNN; a workload that does (convolutions, vision towers) needs nvidia-cudnn-cu13 pinned too;
 #                  torch, triton, torchvision and setuptools pinned to the host's versions, so the versions this
 #                  vLLM needs (torch 2.13.0, triton 3.7.1, torchvision 0.28.0, setuptools<81) are carried;
 #                  everything else a bare name (the host's copy is used).
@@ -19,7 +27,11 @@
 #                  packages built against numpy 2.5.
 #   PART_MB        48 (default): a device call carries at most 64 MiB with the tree (12.7 MiB on 2026-12-04).
 # and copies install_offline_bundle.sh to OUTDIR/tools/, where benchmarks/gpu_session.sh looks for it (carry it).
-# Then, per part: run(carry=[".bundle/parts/pNN"], command="mkdir -p /root/stash && cp .bundle/parts/pNN/* /root/stash/").
+# and writes OUTDIR/code.tgz: the committed code (git archive HEAD: tuner, benchmarks without results, studies),
+# so a study that runs in the background over several calls runs one commit, not a working tree that other
+# edits change between calls (each call copies the tree to the device again).
+# Then, per part: run(carry=[".bundle/parts/pNN"], command="mkdir -p /root/stash && cp .bundle/parts/pNN/* /root/stash/");
+# the last part's call carries .bundle/tools and .bundle/code.tgz too (docs/benchmarks.md, issue 27 section).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$repo/.bundle}
@@ -56,6 +68,19 @@ echo "HOST_PACKAGES: $(grep -c . "$out/tools/host-packages.txt") lines ($(grep -
 cp "$shared/install_offline_bundle.sh" "$out/tools/"
 HOST_PACKAGES=$out/tools/host-packages.txt UV_CONSTRAINT=$out/tools/host-constraints.txt \
   bash "$shared/make_offline_bundle.sh" "$out" optuna==5.0.0 mlflow-skinny==3.17.2 sqlalchemy==2.1.9 alembic==1.20.1
+# NCCL into the same tar stream (install_offline_bundle.sh runs `cat part.* | tar xf -`), then cut again.
+tmp=$(mktemp -d "$out/tmp.XXXX"); trap 'rm -rf "$tmp"' EXIT
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_18_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d "$tmp/add/wh" "nvidia-nccl-cu13==${NCCL_VERSION:-2.29.7}"
+cat "$out"/parts/p*/part.* > "$tmp/bundle.tar"
+(cd "$tmp/add" && tar rf "$tmp/bundle.tar" ./wh/*.whl)
+rm -rf "$out/parts"; mkdir -p "$out/parts"
+split -b "${PART_MB}m" -d "$tmp/bundle.tar" "$out/parts/part."
+for f in "$out"/parts/part.*; do n=${f##*.}; mkdir -p "$out/parts/p$n"; mv "$f" "$out/parts/p$n/"; done
+rm -rf "$tmp"
 # What the bundle holds, for the docs: one line a wheel with its size.
 (cd "$out/parts" && cat p*/part.* | tar tvf - | awk '{print $3, $6}' | grep '\.whl$' | sort -k2) > "$out/tools/contents.txt"
 echo "bundle: $(cat "$out"/parts/p*/part.* | wc -c) bytes in $(ls -d "$out"/parts/p* | wc -l) parts; contents: $out/tools/contents.txt"
+git -C "$repo" archive --format=tar.gz -o "$out/code.tgz" HEAD tuner benchmarks studies pyproject.toml README.md ':(exclude)benchmarks/results'
+echo "code: $out/code.tgz ($(git -C "$repo" rev-parse --short HEAD))"

@@ -39,9 +39,13 @@ def libs():
                                        if any(k in l for k in ("libcublas", "libcudnn.", "libnccl", "libcudart", "libnvJitLink"))})
 check("cuda libraries", libs)
 def vllm_ops():
-    import torch, vllm._C  # noqa: F401  the compiled kernels against this torch
+    import importlib, torch
+    try:  # the compiled kernels against this torch: vllm._C until 0.2x, vllm._C_stable_libtorch in 0.32
+        importlib.import_module("vllm._C_stable_libtorch"); info["vllm_C_module"] = "vllm._C_stable_libtorch"
+    except ImportError:
+        importlib.import_module("vllm._C"); info["vllm_C_module"] = "vllm._C"
     info["vllm_C_ops"] = len([n for n in dir(torch.ops._C) if not n.startswith("_")])
-check("vllm._C", vllm_ops)
+check("vllm compiled ops", vllm_ops)
 def fi():
     from flashinfer.jit.cpp_ext import get_cuda_path, get_cuda_version
     info["flashinfer_cuda_path"] = get_cuda_path()
