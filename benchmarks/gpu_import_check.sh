@@ -27,9 +27,12 @@ def versions():
 check("import vllm, torch", versions)
 for mod in ("triton", "torchvision", "flashinfer", "transformers", "numpy", "numba", "optuna", "mlflow"):
     check(f"import {mod}", lambda m=mod: info.__setitem__(m, __import__(m).__version__))
-def libs():
+def cudnn():  # torch refuses a cuDNN of another minor version here, on first use (vLLM's text path never uses it)
     import torch
     info["cudnn"] = torch.backends.cudnn.version()
+check("cudnn", cudnn)
+def libs():
+    import torch
     info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
     err = ((a @ a).float() - a.float() @ a.float()).abs().max().item()
