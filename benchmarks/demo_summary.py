@@ -17,8 +17,8 @@ from typing import Any
 
 import optuna
 
+from tuner.results import confirmation as confirm
 from tuner.results import store
-from tuner.trial import confirm
 
 
 def summarise(run_dir: Path, study_name: str) -> dict[str, Any]:

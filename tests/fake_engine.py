@@ -14,6 +14,8 @@ Throughput is a deterministic function of the speculative settings; behaviour is
   fake_helper: start a child that ignores SIGTERM, as multiprocessing's resource tracker does, and
     outlives the engine unless someone kills it
   fake_spec_gain: speculative throughput is this times the baseline's (instead of the formula below)
+  fake_compiled_gain: an engine with enforce_eager false runs at this factor (CUDA graphs; default 1.0)
+  fake_crash_baseline: "eager", "compiled" or "all": the no-speculation engine of that mode exits 1
   fake_engine_factors, fake_launch_file: the n-th engine started (counted in the file) runs at
     fake_engine_factors[n] times its throughput: noise between engines, as on a real machine
   fake_capacity_rps: serve mode, the request rate the baseline saturates at (default 8.0; speculation
@@ -152,6 +154,8 @@ def level_throughput(spec: dict | None, batch_size: int, kwargs: dict) -> tuple[
     tps, stats = throughput(spec, batch_size, kwargs.get("fake_gain"))
     if spec and "fake_spec_gain" in kwargs:
         tps = throughput(None, batch_size)[0] * float(kwargs["fake_spec_gain"])
+    if kwargs.get("enforce_eager") is False:
+        tps *= float(kwargs.get("fake_compiled_gain", 1.0))
     return tps, stats
 
 
@@ -163,6 +167,11 @@ def misbehave(kwargs: dict, spec: dict | None) -> int | None:
         subprocess.Popen([sys.executable, "-c", helper], stdin=subprocess.DEVNULL)
     if k is not None and k == kwargs.get("fake_crash_k"):
         print("RuntimeError: Engine core initialization failed (fake crash)", flush=True)
+        return 1
+    crash = kwargs.get("fake_crash_baseline")
+    mode = "eager" if kwargs.get("enforce_eager", True) else "compiled"
+    if not spec and crash in ("all", mode):
+        print(f"RuntimeError: Engine core initialization failed (fake crash of the {mode} baseline)", flush=True)
         return 1
     if k is not None and k == kwargs.get("fake_invalid_k"):
         print("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig", flush=True)

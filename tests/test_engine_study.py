@@ -98,10 +98,10 @@ def test_export_reads_back_through_vllms_own_parser(real_study: RealStudy) -> No
 
 
 def test_finalists_confirmed_in_fresh_engines(real_study: RealStudy) -> None:
-    from tuner.trial import confirm
+    from tuner.results import outcome
 
     study = optuna.load_study(study_name="real-study", storage=real_study.storage)
-    conf = confirm.current(study)
+    conf = outcome.read(study).confirmation
     assert conf is not None and conf.complete
     assert [f.is_baseline for f in conf.finalists] == [False, True]  # A (best speculative), then the baseline
     assert all(e.failure is None and set(e.levels) == {1, 4} for e in conf.engines)

@@ -1,5 +1,5 @@
-"""The schedule step of ``optimize`` end to end with a stand-in engine (tests.fake_schedule): derive,
-validate in a fresh engine, store, export, resume."""
+"""The schedule step of ``optimize`` end to end with a stand-in engine (tests.fake_schedule): derive, confirm in
+fresh engines interleaved with the baseline's and the best static finalist's, store, export, resume."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import ROOT, study_dict, write_study
 from tests.test_schedule import parse_with_vllm
 from tuner.cli import main
-from tuner.trial import schedule_check
+from tuner.results import confirmation, outcome, schedule_run
 
 # Baseline 1.0 everywhere; n-gram k=3 pays at batch 1 and loses at batch 4, k=1 in between.
 GAINS = {"3@1": 1.4, "1@1": 1.2, "3@4": 0.85, "1@4": 0.95, "0@4": 1.0}
@@ -32,6 +32,7 @@ def _study(tmp_path: Path, gains: dict[str, float]) -> dict[str, Any]:
     data["workload"]["batch_sizes"] = [1, 4]
     data["pruning"] = {"enabled": False}
     data["schedule"] = {"enabled": True}
+    data["confirm"] = {"enabled": True, "rounds": 2, "repeats": 1}
     lookup = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}
     data["search"]["first_trials"] = [
         {"candidate": "ngram", "num_speculative_tokens": 3, **lookup},
@@ -49,8 +50,12 @@ def _run(tmp_path: Path, data: dict[str, Any]) -> int:
     return main([*args, "--export", str(tmp_path / "best.yaml")])
 
 
-def _stored(data: dict[str, Any]) -> schedule_check.ScheduleRun:
-    run = schedule_check.current(optuna.load_study(study_name=data["name"], storage=data["storage"]))
+def _load(data: dict[str, Any]) -> optuna.Study:
+    return optuna.load_study(study_name=data["name"], storage=data["storage"])
+
+
+def _stored(data: dict[str, Any]) -> schedule_run.ScheduleRun:
+    run = outcome.read(_load(data)).schedule
     assert run is not None
     return run
 
@@ -58,11 +63,12 @@ def _stored(data: dict[str, Any]) -> schedule_check.ScheduleRun:
 def test_a_validated_schedule_is_exported_and_read_back_by_vllm(tmp_path: Path, fake_schedule: None) -> None:
     data = _study(tmp_path, GAINS)
     assert _run(tmp_path, data) == 0
-    assert (tmp_path / "launches").read_text() == "4"  # three trials, one validation engine
+    assert (tmp_path / "launches").read_text() == "9"  # three trials; k=3, the schedule, the baseline twice each
     run = _stored(data)
     assert run.schedule is not None and run.schedule.vllm_value() == [[1, 3, 3], [4, 1024, 0]]
     assert run.exported and run.verdict is not None and all(c.within for c in run.verdict.levels)
-    request = json.loads((tmp_path / "runs" / "sched" / schedule_check.WORKDIR / "request.json").read_text())
+    assert outcome.read(_load(data)).verdict == "schedule"
+    request = json.loads((tmp_path / "runs" / "sched" / "confirm-r2-schedule" / "request.json").read_text())
     spec = request["llm_kwargs"]["speculative_config"]
     assert spec["num_speculative_tokens"] == 3 and spec["num_speculative_tokens_per_batch_size"] == [
         [1, 3, 3],
@@ -81,19 +87,42 @@ def test_a_validated_schedule_is_exported_and_read_back_by_vllm(tmp_path: Path, 
     client = MlflowClient(data["tracking"]["uri"])
     exp = client.get_experiment_by_name(data["name"])
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`specdec.role` = 'schedule_validation'")
-    assert len(runs) == 1 and runs[0].info.run_id == run.mlflow_run_id
-    assert runs[0].data.tags["schedule.verdict"] == "exported" and "tokens_per_s_bs4" in runs[0].data.metrics
+    assert len(runs) == 2 and run.mlflow_run_id in {r.info.run_id for r in runs}
+    assert all("tokens_per_s_bs4" in r.data.metrics for r in runs)
+    served = [r for r in client.search_runs([exp.experiment_id], filter_string="tags.best = 'true'")]
+    assert [r.info.run_id for r in served] == [run.mlflow_run_id]  # the schedule's engine, not a static trial
+    parent = client.get_run(_load(data).user_attrs["mlflow_parent_run_id"])
+    assert parent.data.tags["schedule.verdict"] == "exported" and parent.data.tags["confirm.winner"] == "schedule"
+    assert parent.data.tags["best_config"].startswith("ngram lookup 1-3 eager, num_speculative_tokens by level")
 
-    # Resumed: the stored validation engine is reused, not measured again.
+    # Resumed: the stored engines are reused, not measured again.
     assert _run(tmp_path, data) == 0
-    assert (tmp_path / "launches").read_text() == "4"
+    assert (tmp_path / "launches").read_text() == "9"
     assert _stored(data).mlflow_run_id == run.mlflow_run_id
 
-    # Switched off: the static choice is served again.
+    # Switched off: the static choice is confirmed and served; the schedule's engines stay on record.
     data["schedule"] = {"enabled": False}
     assert _run(tmp_path, data) == 0
     assert "num_speculative_tokens_per_batch_size" not in (tmp_path / "best.yaml").read_text()
-    assert schedule_check.load(optuna.load_study(study_name=data["name"], storage=data["storage"])) is None
+    study = _load(data)
+    assert schedule_run.load(study) is not None
+    kept = [e for c in confirmation.history(study) for e in c.engines if e.schedule]
+    assert len(kept) == 2 and kept[0].mlflow_run_id in {r.info.run_id for r in runs}
+
+
+def test_a_schedule_that_only_one_lucky_engine_favours_is_not_exported(tmp_path: Path, fake_schedule: None) -> None:
+    """Within noise of the best static configuration at every level in one engine, but its fresh engines do not
+    all beat the baseline's: the same rule as a static winner's keeps it out (it was exported before)."""
+    data = _study(tmp_path, GAINS)
+    # launches: 3 trials, then round 1 (k=3, schedule, baseline) and round 2 (k=3, schedule, baseline)
+    data["target"]["engine_args"]["fake_engine_factors"] = [1.0, 1.0, 1.0, 0.9, 1.0, 1.3, 0.9, 1.0, 0.7]
+    assert _run(tmp_path, data) == 0
+    text = (tmp_path / "best.yaml").read_text()
+    assert "num_speculative_tokens_per_batch_size" not in text and "speculative-config" not in text
+    assert "this file serves WITHOUT speculation" in text
+    run = _stored(data)
+    assert run.verdict is not None and not run.exported
+    assert run.verdict.reason.startswith("not confirmed in fresh engines: its engines")
 
 
 def test_a_schedule_slower_than_a_static_configuration_is_not_exported(tmp_path: Path, fake_schedule: None) -> None:
@@ -113,7 +142,7 @@ def test_a_schedule_slower_than_a_static_configuration_is_not_exported(tmp_path:
 def test_a_constant_schedule_is_not_validated(tmp_path: Path, fake_schedule: None) -> None:
     data = _study(tmp_path, {"3@1": 1.4, "1@1": 1.2, "3@4": 1.3, "1@4": 1.1})
     assert _run(tmp_path, data) == 0
-    assert (tmp_path / "launches").read_text() == "3"  # no validation engine
+    assert (tmp_path / "launches").read_text() == "7"  # no schedule engine: k=3 and the baseline twice each
     run = _stored(data)
     assert run.schedule is None and "constant: k=3" in run.derivation.note
     assert "# no batch-size schedule: constant: k=3 at every level" in (tmp_path / "best.yaml").read_text()

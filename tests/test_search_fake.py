@@ -11,8 +11,7 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import study_dict, write_study
 from tuner.cli import main
 from tuner.outputs.export import render_export
-from tuner.results import store
-from tuner.trial import confirm
+from tuner.results import confirmation, outcome, store
 
 
 def _run(tmp_path: Path, data: dict, *extra: str) -> int:
@@ -195,7 +194,7 @@ def _confirm_study(tmp_path: Path, gain: float) -> dict:
 def test_speculative_win_inside_the_engine_spread_is_not_exported(tmp_path: Path, fake_engine: str) -> None:
     data = _confirm_study(tmp_path, gain=1.05)  # 5% faster in its trial, but engines differ by 20%
     study = _load(data)
-    conf = confirm.current(study)
+    conf = outcome.read(study).confirmation
     assert conf is not None and conf.complete and [e.round for e in conf.engines] == [0, 0, 1, 1]
     decision = conf.decide()
     assert decision.winner is None and decision.baseline is not None and decision.baseline.spread > 0.15
@@ -211,7 +210,7 @@ def test_speculative_win_inside_the_engine_spread_is_not_exported(tmp_path: Path
 
 def test_speculative_win_beyond_the_engine_spread_is_exported(tmp_path: Path, fake_engine: str) -> None:
     data = _confirm_study(tmp_path, gain=1.5)
-    conf = confirm.current(_load(data))
+    conf = outcome.read(_load(data)).confirmation
     assert conf is not None
     decision = conf.decide()
     assert decision.winner == 1 and decision.speculative[0].low > decision.baseline.high  # type: ignore[union-attr]
@@ -238,11 +237,11 @@ def test_confirmation_is_skipped_when_speculation_is_clearly_behind(tmp_path: Pa
     assert _run(tmp_path, data, "--export", str(tmp_path / "best.yaml")) == 0
     assert (tmp_path / "launches").read_text() == "2"  # the two trials, no confirmation engine
     study = _load(data)
-    conf = confirm.current(study)
+    conf = outcome.read(study).confirmation
     assert conf is not None and conf.complete and conf.engines == [] and "trial 1" in conf.skipped
     assert conf.decide().winner is None
     text = (tmp_path / "best.yaml").read_text()
-    assert "speculative-config" not in text and "came within the study's noise" in text
+    assert "speculative-config" not in text and "more than the study's noise below it" in text
     assert "none needed" in text and "confirm.skip_when_behind" in text
     parent = MlflowClient(data["tracking"]["uri"]).get_run(study.user_attrs[store.PARENT_RUN])
     assert parent.data.tags["confirm.winner"] == "none"
@@ -250,20 +249,20 @@ def test_confirmation_is_skipped_when_speculation_is_clearly_behind(tmp_path: Pa
     data["confirm"] = {"rounds": 2, "skip_when_behind": False}
     assert _run(tmp_path, data) == 0
     assert (tmp_path / "launches").read_text() == "6"  # now the four engines
-    conf = confirm.current(_load(data))
+    conf = outcome.read(_load(data)).confirmation
     assert conf is not None and not conf.skipped and conf.complete and len(conf.engines) == 4
 
 
 def test_interrupted_confirmation_resumes_without_remeasuring(tmp_path: Path, fake_engine: str) -> None:
     data = _confirm_study(tmp_path, gain=1.5)
     study = _load(data)
-    stored = study.user_attrs[confirm.CONFIRMATION]
+    stored = study.user_attrs[confirmation.CONFIRMATION]
     stored["engines"] = stored["engines"][:3]  # as if interrupted during the fourth engine
-    study.set_user_attr(confirm.CONFIRMATION, stored)
+    study.set_user_attr(confirmation.CONFIRMATION, stored)
     assert _run(tmp_path, data) == 0
     assert (tmp_path / "launches").read_text() == "7"  # one engine more, not four
-    conf = confirm.current(_load(data))
-    assert conf is not None and conf.complete and conf.engines[:3] == confirm.load(study).engines[:3]  # type: ignore[union-attr]
+    conf = outcome.read(_load(data)).confirmation
+    assert conf is not None and conf.complete and conf.engines[:3] == confirmation.load(study).engines[:3]  # type: ignore[union-attr]
 
 
 def test_repeats_spend_no_budget_and_a_measured_space_ends_the_study(

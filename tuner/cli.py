@@ -163,16 +163,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     # An unfinished study declares no winner: confirmation, schedule and export wait for the run that ends it.
     if runner.deadline.stopped:
         return _stopped(runner)
+    from tuner.trial.conclude import conclude
     from tuner.trial.confirm import confirm_study
+    from tuner.trial.schedule_check import derive_schedule
 
-    confirm_study(runner)  # finalists in fresh engines, before anything declares a winner
+    schedule = derive_schedule(runner)  # a k per batch size from the trials (schedule.enabled): a finalist too
+    confirm_study(runner, schedule)  # finalists in fresh engines, before anything declares a winner
     if runner.deadline.stopped:
         return _stopped(runner)
-    from tuner.trial.schedule_check import validate_schedule
-
-    validate_schedule(runner)  # a k per batch size, validated in a fresh engine (schedule.enabled)
-    if runner.deadline.stopped:
-        return _stopped(runner)
+    conclude(runner)  # the study's one answer, stored: export, report and MLflow render it
     if runner.study is not None and runner.tracker is not None:
         from tuner.outputs.report import log_study_artifacts
 

@@ -6,14 +6,14 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuner.engine.serve_file import serve_config, serve_yaml
+from tuner.engine.serve_file import pin_resolved, serve_config, serve_yaml
 from tuner.errors import UserError
+from tuner.results import outcome as outcomes
 from tuner.results import store
-from tuner.results.choice import choose
+from tuner.results.outcome import StudyOutcome
 from tuner.results.scoring import TrialMetrics, level_name
-from tuner.trial import confirm
 
-__all__ = ["choose", "export_best", "render_export", "serve_config"]  # choose: report.py imports it from here
+__all__ = ["export_best", "render_export", "serve_config"]
 # vllm serve listens on every interface unless told otherwise.
 USE_LINE = "# use: vllm serve --config THIS_FILE --host 127.0.0.1 (elsewhere: also --api-key KEY)"
 
@@ -22,59 +22,63 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
 
-def _metrics(trial: FrozenTrial) -> TrialMetrics:
-    metrics = store.trial_metrics(trial)
-    assert metrics is not None
-    return metrics
-
-
-def _scored(study: optuna.Study, trial: FrozenTrial) -> TrialMetrics:
-    metrics = store.scored_metrics(study, trial)
-    assert metrics is not None
-    return metrics
-
-
-def render_export(study: optuna.Study, target_kwargs: dict[str, Any] | None = None) -> str:
+def render_export(study: optuna.Study, outcome: StudyOutcome | None = None) -> str:
+    """The study's outcome (tuner.results.outcome) as a ``vllm serve --config`` file with the reasons on top."""
     from tuner.outputs.export_schedule import render_schedule_export, schedule_lines
-    from tuner.trial import schedule_check
 
-    run = schedule_check.current(study)
-    if run is not None and run.exported and target_kwargs is None:
-        return render_schedule_export(study, run)
-    chosen, baseline, paid = choose(study)
-    spec = store.trial_spec(chosen)
-    metrics = _scored(study, chosen)
+    out = outcome or outcomes.read(study)
+    exported = out.exported
+    if exported is None:
+        raise UserError(f"study '{study.study_name}': {out.reason}")
+    if exported.kind == "schedule":
+        return render_schedule_export(study, out)
+    chosen = study.trials[exported.trial]
+    metrics = store.scored_metrics(study, chosen)
+    assert metrics is not None  # the outcome serves completed trials only
     engine = store.trial_record(chosen).engine or {}
-    kwargs = target_kwargs if target_kwargs is not None else _trial_kwargs(study, chosen)
     lines = [
         f"# specdec-tuner: best configuration of study '{study.study_name}' (trial {chosen.number})",
         f"# measured {_measured_on(chosen)} on {engine.get('device', '?')}, "
         f"vLLM {engine.get('vllm', '?')}, torch {engine.get('torch', '?')}; exported {dt.date.today().isoformat()}",
+        f"# configuration: {exported.label}",
     ]
-    label = spec.label() if spec else f"trial {chosen.number}"
-    lines.append(f"# configuration: {label}")
     lines += measurement_lines(metrics)
-    if baseline is not None:
-        lines += _baseline_lines(study, metrics, _metrics(baseline), baseline.number)
-    conf = confirm.current(study)
-    if not paid:
-        if conf is not None and conf.skipped:
-            why = "came within the study's noise of the baseline"
-        elif conf is not None and conf.complete:
-            why = "beat the baseline beyond the spread between fresh engines"
-        else:
-            why = "beat the baseline on this model, hardware and workload"
-        lines.append(f"# VERDICT: no speculative configuration {why};")
+    if out.baseline is not None:
+        base = store.trial_metrics(study.trials[out.baseline])
+        assert base is not None
+        lines += _baseline_lines(out, metrics, base)
+    if not out.paid:
+        lines.append(f"# VERDICT: no speculative configuration {_why_not(out)};")
         lines.append("#          this file serves WITHOUT speculation.")
     elif metrics.spec.acceptance_rate is not None:
         lines.append(
             f"# acceptance rate {metrics.spec.acceptance_rate:.1%}, "
             f"mean acceptance length {metrics.spec.mean_acceptance_length:.2f} (tokens per drafted verification step)"
         )
-    lines += confirmation_lines(study)
-    lines += schedule_lines(study)
+    lines += decision_lines(out)
+    lines += schedule_lines(out)
+    lines += pinned_lines(exported.resolved_args, exported.llm_kwargs)
     lines.append(USE_LINE)
-    return "\n".join(lines) + "\n" + serve_yaml(kwargs)
+    return "\n".join(lines) + "\n" + serve_yaml(pin_resolved(exported.llm_kwargs, exported.resolved_args))
+
+
+def _why_not(out: StudyOutcome) -> str:
+    conf = out.confirmation
+    if conf is not None and conf.skipped:
+        return "came close enough to the baseline for fresh engines to matter (more than the study's noise below it)"
+    if out.confirmed:
+        return "beat the baseline beyond the spread between fresh engines"
+    return "beat the baseline on this model, hardware and workload"
+
+
+def pinned_lines(resolved: dict[str, int], llm_kwargs: dict[str, Any]) -> list[str]:
+    """``vllm serve`` and ``vllm.LLM`` resolve different defaults (max_num_seqs, max_num_batched_tokens): the file
+    pins what the measured engine ran."""
+    added = {k: v for k, v in resolved.items() if llm_kwargs.get(k) is None}
+    if not added:
+        return []
+    values = ", ".join(f"{k}={v}" for k, v in sorted(added.items()))
+    return [f"# pinned as the measured engine resolved them (vllm serve's defaults differ): {values}"]
 
 
 def measurement_lines(metrics: TrialMetrics) -> list[str]:
@@ -104,15 +108,14 @@ def measurement_lines(metrics: TrialMetrics) -> list[str]:
     return lines
 
 
-def _baseline_lines(study: optuna.Study, metrics: TrialMetrics, base: TrialMetrics, number: int) -> list[str]:
+def _baseline_lines(out: StudyOutcome, metrics: TrialMetrics, base: TrialMetrics) -> list[str]:
     name = level_name(metrics.mode)
-    lines = [f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {number})"]
+    lines = [f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {out.baseline})"]
     if metrics.speedup is not None:
         what = " (the weighted mean of the per-level speedups)" if len(metrics.levels) > 1 else ""
         lines.append(f"# speedup over no speculation: {metrics.speedup:.2f}x{what}")
-    reference = store.reference(study)
     for level in metrics.levels:
-        ref = reference.get(level.batch_size)
+        ref = out.reference.get(level.batch_size)
         if ref and level.speedup is not None:
             lines.append(
                 f"#   {name} {level.batch_size}: {level.tokens_per_s:.1f} vs {ref:.1f} tokens/s = {level.speedup:.2f}x"
@@ -125,33 +128,33 @@ def _baseline_lines(study: optuna.Study, metrics: TrialMetrics, base: TrialMetri
             if limit is not None
         )
         versus = f" ({metrics.slo_rate_speedup:.2f}x the baseline's)" if metrics.slo_rate_speedup is not None else ""
-        cut = ", search stopped by its time limit" if slo.truncated else ""
-        lines.append(f"# SLO {limits}: held up to {slo.max_rate_rps:g} requests/s{versus}{cut}")
+        cut = " or more (a lower bound: the search stopped at its time limit)" if slo.truncated else ""
+        lines.append(f"# SLO {limits}: held up to {slo.max_rate_rps:g} requests/s{cut}{versus}")
         if metrics.objective == "goodput":
             lines.append("# objective: goodput (highest request rate keeping the SLO; ties broken by throughput)")
     return lines
 
 
-def confirmation_lines(study: optuna.Study) -> list[str]:
-    conf = confirm.current(study)
-    if conf is None:
-        if not confirm._speculative_finalists(study, 1):
-            return []
-        return ["# not confirmed in fresh engines: the choice rests on one engine per configuration"]
-    return [f"# {line}" for line in conf.summary_lines()]
+def decision_lines(out: StudyOutcome) -> list[str]:
+    """How the answer was decided: the confirmation's lines, or that it rests on one engine each, and the
+    trials whose speedup is unknown."""
+    lines = []
+    conf = out.confirmation
+    if conf is not None:
+        lines += [f"# {line}" for line in conf.summary_lines()]
+    elif out.best_speculative is not None:
+        lines.append("# not confirmed in fresh engines: the choice rests on one engine per configuration")
+    if out.unknown_speedup:
+        lines.append(
+            f"# speedup unknown for trials {', '.join(map(str, out.unknown_speedup))}: no completed baseline of their "
+            "mode (eager or compiled), so they were not candidates"
+        )
+    return lines
 
 
 def _measured_on(trial: FrozenTrial) -> str:
     when = trial.datetime_complete or trial.datetime_start
     return when.date().isoformat() if when else "?"
-
-
-def _trial_kwargs(study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
-    """The exact engine arguments of a trial, as the runner built them."""
-    raw = store.trial_record(trial).llm_kwargs
-    if raw is None:
-        raise UserError(f"trial {trial.number} of study '{study.study_name}' has no recorded engine arguments")
-    return dict(raw)
 
 
 def export_best(study: optuna.Study, output: Path) -> str:

@@ -6,21 +6,20 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING
 
-from tuner.engine.serve_file import serve_yaml
-from tuner.outputs.export import USE_LINE, confirmation_lines, measurement_lines
+from tuner.engine.serve_file import pin_resolved, serve_yaml
+from tuner.outputs.export import USE_LINE, decision_lines, measurement_lines, pinned_lines
+from tuner.results.outcome import StudyOutcome
 from tuner.results.schedule import RULE, VALIDATION_RULE, LevelCheck, LevelChoice, StaticBest
+from tuner.results.schedule_run import ScheduleRun
 from tuner.results.scoring import level_name
-from tuner.trial import confirm, schedule_check
-from tuner.trial.schedule_check import ScheduleRun
 
 if TYPE_CHECKING:
     import optuna
 
-STALE = "the stored batch-size schedule read fewer trials than the study has: run `optimize` again"
-
-
-def render_schedule_export(study: optuna.Study, run: ScheduleRun) -> str:
+def render_schedule_export(study: optuna.Study, out: StudyOutcome) -> str:
     """The file for a validated schedule: the drafter's engine arguments with k by batch size."""
+    run = out.schedule
+    assert run is not None
     schedule, verdict, metrics = run.schedule, run.verdict, run.metrics
     assert schedule is not None and verdict is not None and metrics is not None and run.llm_kwargs is not None
     name = level_name(metrics.mode)
@@ -37,12 +36,14 @@ def render_schedule_export(study: optuna.Study, run: ScheduleRun) -> str:
     if metrics.speedup is not None:
         lines.append(f"# speedup over no speculation in the validation engine: {metrics.speedup:.2f}x (weighted)")
     lines += level_lines(run)
-    lines.append(f"# validation in a fresh engine: {verdict.reason}: the schedule is exported")
+    lines.append(f"# validation in fresh engines: {verdict.reason}: the schedule is exported")
     lines += caveat_lines(run)
-    if confirm.current(study) is not None:  # the static finalists' confirmation, for comparison
-        lines += confirmation_lines(study)
+    lines += decision_lines(out)
+    exported = out.exported
+    assert exported is not None
+    lines += pinned_lines(exported.resolved_args, exported.llm_kwargs)
     lines.append(USE_LINE)
-    return "\n".join(lines) + "\n" + serve_yaml(run.llm_kwargs)
+    return "\n".join(lines) + "\n" + serve_yaml(pin_resolved(exported.llm_kwargs, exported.resolved_args))
 
 
 def level_lines(run: ScheduleRun) -> list[str]:
@@ -109,29 +110,24 @@ def caveat_lines(run: ScheduleRun) -> list[str]:
     return lines
 
 
-def schedule_lines(study: optuna.Study) -> list[str]:
+def schedule_lines(out: StudyOutcome) -> list[str]:
     """For the static export: what became of the schedule, when one was asked for."""
-    run = schedule_check.current(study)
+    run = out.schedule
     if run is None:
-        if schedule_check.load(study) is None:
-            return []
-        return [f"# {STALE}"]
+        return []
     lines = [f"# {run.outcome()}"]
     if run.schedule is not None and run.verdict is not None:
         lines += level_lines(run)
-    lines += [f"# {line}" for line in static_answer_lines(study, run)]
+    lines += [f"# {line}" for line in static_answer_lines(run, out.mode)]
     return lines
 
 
-def static_answer_lines(study: optuna.Study, run: ScheduleRun) -> list[str]:
+def static_answer_lines(run: ScheduleRun, mode: str = "offline") -> list[str]:
     """Without a schedule, why one k everywhere: per level the chosen k against the drafter's fastest k."""
-    from tuner.results import store
-
     derivation = run.derivation
     if run.schedule is not None or not derivation.levels:
         return []
-    metrics = store.trial_metrics(study.trials[derivation.levels[0].trial])
-    name = level_name(metrics.mode if metrics is not None else "offline")
+    name = level_name(mode)
     lines = [f"per {name} size, the k chosen against {derivation.drafter or 'the drafter'}'s fastest k there:"]
     for choice in derivation.levels:
         line = f"  {name} {choice.level}: {choice_text(choice)}"

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from tuner.outputs.report.model import TrialRow
-    from tuner.trial.schedule_check import ScheduleRun
+    from tuner.results.schedule_run import ScheduleRun
 
 SCHEDULE_ARTIFACT = "speedup_vs_batch_size.png"  # on the study's parent run
 MAX_PANELS = 4
@@ -25,7 +25,7 @@ SCHEDULE_COLOR = "#000000"
 def drafter_curves(rows: Sequence[TrialRow]) -> dict[str, dict[int, dict[int, float]]]:
     """drafter label -> k -> level -> the best speedup among its measured trials of that k there;
     drafters in order of their best score (the first has the study's best speculative trial)."""
-    from tuner.trial.schedule_check import drafter_label
+    from tuner.results.schedule_run import drafter_label
 
     curves: dict[str, dict[int, dict[int, float]]] = {}
     best: dict[str, float] = {}

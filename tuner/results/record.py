@@ -53,6 +53,8 @@ class TrialRecord(BaseModel):
     pruning_saved_s: float | None = None
     engine: dict[str, str] | None = None
     engine_wall_s: float | None = None
+    # What the measured engine resolved where the arguments left it to vLLM (max_num_seqs, ...): the export pins it.
+    resolved_args: dict[str, int] | None = None
     token_ids: dict[int, list[list[int]]] | None = None  # the baseline's outputs, for the lossless check
 
 

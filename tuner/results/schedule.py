@@ -18,11 +18,14 @@ Boundaries (``ranges``): with the measured levels L1 < L2 < ... < Ln, level Li's
   itself fills gaps. Neighbouring ranges of one k are merged. One range left: the schedule is constant,
   a static configuration is the answer, and there is no schedule.
 
-Validation (``decide``): one fresh engine runs the schedule and measures every level. The schedule is
-  exported only if (1) at every level its median is within that level's noise of the best static
-  configuration measured there (the fastest completed trial at that level, any candidate, baselines
-  included), and (2) its weighted score (the study's score, against the same per-level reference) is
-  above the best static configuration's score. Otherwise the static winner is exported, with the reason.
+Validation (``decide``): the schedule is a finalist of the confirmation (tuner.results.confirmation): fresh
+  engines run it interleaved with the baseline's and every other finalist's. It is exported only if
+  (1) it wins that comparison as a static winner must (its lowest engine above the baseline's highest) and
+  leads every static speculative finalist that also won, (2) at every level its engines' median is within
+  that level's noise of the best static configuration measured there (the fastest completed trial at that
+  level, any candidate, baselines included), and (3) its weighted score (the study's score, against the
+  same per-level reference) is above the best static configuration's score. Otherwise the static answer
+  is exported, with the reason.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ RULE = (
     "a level's k holds from it up to the next measured level"
 )
 VALIDATION_RULE = (
-    "exported only if within noise of the best static configuration at every level "
+    "exported only if it wins the interleaved fresh-engine comparison against the baseline (as a static winner "
+    "must), is within noise of the best static configuration at every level "
     "and above the best static configuration's weighted score"
 )
 
@@ -208,9 +212,12 @@ def decide(
     best_static: Mapping[int, StaticBest],
     noise: Mapping[int, float],
     static: tuple[int, str, float],
+    confirmed: tuple[bool, str],
 ) -> Verdict:
-    """The validation rule of the module docstring. ``static``: the best static trial's number, label, score."""
+    """The validation rule of the module docstring. ``static``: the best static trial's number, label, score;
+    ``confirmed``: whether the schedule won the fresh-engine comparison (rule 1), and the sentence that says so."""
     trial, label, static_score = static
+    wins, confirmation = confirmed
     checks = [
         LevelCheck(
             level=level,
@@ -229,6 +236,8 @@ def decide(
             f"({first.noise:.0%}) under the best static configuration there ({first.best_static.label}, "
             f"trial {first.best_static.trial}: {first.best_static.tokens_per_s:.1f} tok/s)"
         )
+    elif not wins:
+        reason = f"not confirmed in fresh engines: {confirmation}"
     elif score <= static_score:
         reason = (
             f"weighted score {score:.3f} is not above the best static configuration's "
@@ -236,10 +245,10 @@ def decide(
         )
     else:
         reason = (
-            f"within noise of the best static configuration at every level and a weighted score of {score:.3f} "
-            f"over its {static_score:.3f} ({label}, trial {trial})"
+            f"{confirmation}; within noise of the best static configuration at every level and a weighted score "
+            f"of {score:.3f} over its {static_score:.3f} ({label}, trial {trial})"
         )
-    exported = not missed and score > static_score
+    exported = wins and not missed and score > static_score
     return Verdict(
         exported=exported,
         reason=reason,

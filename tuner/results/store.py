@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
+    from tuner.study.config import StudyConfig
+
 # Attribute names stored on Optuna studies, and the trial attributes of studies written before the
 # trial record (tuner.results.record) held them all.
 SPEC = "spec"
@@ -190,6 +192,29 @@ def scored_metrics(study: optuna.Study, trial: FrozenTrial) -> TrialMetrics | No
     """
     metrics = trial_metrics(trial)
     return apply_reference(metrics, reference(study)) if metrics is not None else None
+
+
+def baseline_modes(study: optuna.Study) -> set[bool]:
+    """The enforce_eager values that have a completed baseline: a speculative trial's speedup is stated only
+    against a baseline of its own mode (a compiled draft against an eager baseline credits CUDA graphs to
+    speculation)."""
+    return {s.enforce_eager for t in baselines(study) if (s := trial_spec(t)) is not None}
+
+
+def config_from_study(study: optuna.Study) -> StudyConfig | None:
+    """The study file stored with the study (its prompts path may not resolve here: settings only)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from tuner.study.config import StudyConfig
+
+    text = study.user_attrs.get(STUDY_FILE)
+    if not text:
+        return None
+    try:
+        return StudyConfig.model_validate(yaml.safe_load(text))
+    except (yaml.YAMLError, ValidationError, TypeError):
+        return None
 
 
 def best_baseline(study: optuna.Study) -> FrozenTrial | None:

@@ -348,6 +348,12 @@ class StudyConfig(StrictModel):
         return self._schedule_drafter(names)
 
     def _schedule_drafter(self, names: list[str]) -> StudyConfig:
+        if self.schedule.enabled and not self.confirm.enabled:
+            raise ValueError(
+                "schedule.enabled: a batch-size schedule is validated among the confirmation's fresh engines, "
+                "against the baseline's, and confirm.enabled is false; fix: set confirm.enabled: true "
+                "(or schedule.enabled: false)"
+            )
         drafter = self.schedule.drafter
         if drafter is None:
             return self

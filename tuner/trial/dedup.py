@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tuner.trial.progress import ProgressView
 
 # What a repeat takes over from the trial it repeats.
-REUSED = ("metrics", "failure_class", "error", "pruned_reason", "engine", "llm_kwargs")
+REUSED = ("metrics", "failure_class", "error", "pruned_reason", "engine", "llm_kwargs", "resolved_args")
 
 
 def find_duplicate(ps: PreparedStudy, view: ProgressView | None, spec: TrialSpec, number: int) -> FrozenTrial | None:
@@ -35,6 +35,8 @@ def find_duplicate(ps: PreparedStudy, view: ProgressView | None, spec: TrialSpec
             other = store.trial_spec(t)
             if t.number == number or other is None or other.key() != spec.key():
                 continue
+            if spec.is_baseline and t.state in (TrialState.FAIL, TrialState.PRUNED):
+                continue  # a failed baseline is measured again (StudyRunner._retry_baselines), never reused
             if store.is_counted(t) and (t.state != TrialState.COMPLETE or store.has_metrics(t)):
                 return t
             running = running or (t.state == TrialState.RUNNING and t.number < number)
@@ -71,6 +73,7 @@ def reuse(
     rec.mlflow_run_id = run_id
     record.write(trial, rec)
     ps.tracker.log_params(run_id, spec.mlflow_params())
+    ps.tracker.set_tags(run_id, {"state": source.state.name})
     ps.tracker.end_trial(run_id, "FINISHED" if source.state == TrialState.COMPLETE else "FAILED")
     view.trial_finished(
         trial.number, f"same configuration as trial {source.number}; reused its result (no budget)", None, counted=False

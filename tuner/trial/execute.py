@@ -118,6 +118,7 @@ class TrialExecutor:
         metrics = apply_reference(metrics, reference_levels(references))
         rec.metrics = metrics
         rec.engine = {"vllm": result.vllm_version, "torch": result.torch_version, "device": result.device}
+        rec.resolved_args = dict(result.resolved_args) or None
         record.write(trial, rec)
         tracker.log_metrics(run_id, metrics.flat())
         tracker.log_stepped(run_id, "accepted_per_pos_rate", metrics.spec.per_position_rate)

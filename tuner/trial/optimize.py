@@ -34,6 +34,7 @@ from tuner.trial.execute import TrialExecutor
 from tuner.trial.interrupts import sigterm_interrupts
 from tuner.trial.prepared import PreparedStudy, TrialFailed
 from tuner.trial.progress import ProgressView
+from tuner.trial.rescored_sampler import RescoredSampler
 
 __all__ = ["MAX_ATTEMPTS", "OptimizeOptions", "StudyRunner", "TrialFailed", "optimize", "prepare_only"]
 
@@ -142,7 +143,7 @@ class StudyRunner:
         study = optuna.create_study(
             study_name=cfg.name,
             storage=storage,
-            sampler=sampler,
+            sampler=RescoredSampler(sampler),
             # The engine's progress hook prunes (tuner.trial.pruning.PruneHook), not Optuna's should_prune().
             pruner=optuna.pruners.NopPruner(),
             direction="maximize",
@@ -157,7 +158,6 @@ class StudyRunner:
         existing = study.user_attrs.get(store.FINGERPRINT)
         if existing is None:
             study.set_user_attr(store.FINGERPRINT, mark)
-            study.set_user_attr(store.STUDY_FILE, redact(self.study_text))
         elif existing == legacy:
             # Its Optuna values are raw tokens/s; new trials' are speedups: the sampler would compare apples and pears.
             raise UserError(
@@ -170,6 +170,9 @@ class StudyRunner:
                 f"name: study '{cfg.name}' already exists in {mask_url(self.storage_url)} with other settings "
                 "(target, candidates, search or workload changed); fix: give the study a new name or use another storage"
             )
+        # The file last run: its confirm and schedule settings are the ones export and report decide by.
+        if study.user_attrs.get(store.STUDY_FILE) != (text := redact(self.study_text)):
+            study.set_user_attr(store.STUDY_FILE, text)
         return study
 
     def _open_parent(self, study: optuna.Study, tracker: Tracker, preflight: Preflight) -> str:
@@ -219,6 +222,7 @@ class StudyRunner:
         while True:
             with self._lock():
                 self._reconcile(ps)
+                self._retry_baselines(ps)
                 trials = ps.study.get_trials(deepcopy=False)
                 used = sum(1 for t in trials if store.spends_budget(t))
                 running = sum(1 for t in trials if t.state == TrialState.RUNNING)
@@ -281,9 +285,25 @@ class StudyRunner:
                 ps.tracker.end_trial(run_id, "KILLED" if t.state == TrialState.FAIL else "FINISHED")
             self._mlflow_closed.add(t.number)
 
+    def _retry_baselines(self, ps: PreparedStudy) -> None:
+        """A baseline that failed (a compiled engine's cold start past trial_timeout_s, an OOM) is measured
+        again, up to MAX_ATTEMPTS per mode: without it no speculative trial of that mode has a speedup."""
+        trials = ps.study.get_trials(deepcopy=False)
+        for eager in self.config.search.enforce_eager:
+            params = baseline_params(self.config, eager)
+            mine = [t for t in trials if t.params == params or t.system_attrs.get("fixed_params") == params]
+            if any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in mine):
+                continue
+            if any(t.state == TrialState.COMPLETE and store.has_metrics(t) for t in mine):
+                continue
+            failed = [t for t in mine if t.state == TrialState.FAIL and store.is_counted(t)]
+            if failed and len(failed) < MAX_ATTEMPTS:
+                ps.study.enqueue_trial(params, skip_if_exists=False)
+
     def _enqueue_baselines(self, ps: PreparedStudy) -> None:
         for eager in self.config.search.enforce_eager:
             ps.study.enqueue_trial(baseline_params(self.config, eager), skip_if_exists=True)
+        self._retry_baselines(ps)
         for params in first_trial_params(self.config):
             ps.study.enqueue_trial(params, skip_if_exists=True)
 

@@ -14,7 +14,6 @@ from tuner.outputs.report.model import (
     LevelRow,
     StudyReport,
     TrialRow,
-    best_baseline,
     best_scored,
     collect_rows,
     config_from_study,
@@ -27,32 +26,41 @@ from tuner.redaction import mask_url
 if TYPE_CHECKING:
     import optuna
 
+    from tuner.results.outcome import StudyOutcome
     from tuner.results.scoring import LevelMetrics
     from tuner.study.config import StudyConfig
 
 
 def build_report(study: optuna.Study, config: StudyConfig | None = None, storage: str = "") -> StudyReport:
     from tuner.outputs.export import render_export
-    from tuner.results.choice import choose
+    from tuner.results import outcome as outcomes
 
     config = config or config_from_study(study)
     rows = collect_rows(study)
     by_number = {r.number: r for r in rows}
-    baseline = best_baseline(rows)
     best = best_scored(rows)
-    speculative = best_scored([r for r in rows if r.spec is not None and not r.spec.is_baseline])
-    chosen: TrialRow | None = best
+    chosen: TrialRow | None = None
+    baseline: TrialRow | None = None
+    speculative: TrialRow | None = None
     paid = False
     best_config: str | None = None
     note = ""
+    out: StudyOutcome | None = None
     try:
-        decision = choose(study)  # the one place that decides, for the export and the report alike
-        chosen, paid = by_number.get(decision.chosen.number, chosen), decision.paid
-        if decision.baseline is not None:
-            baseline = by_number.get(decision.baseline.number, baseline)
-        best_config = render_export(study)
-    except UserError as exc:  # no completed trial (or no recorded engine arguments)
+        out = outcomes.read(study, config)  # the study's one answer: the export renders the same object
+    except UserError as exc:  # no completed trial
         note = str(exc)
+    if out is not None:
+        exported = out.exported
+        # A schedule is served with its drafter's settings: the report features that drafter's best trial.
+        chosen = by_number.get(exported.trial) if exported is not None else None
+        baseline = by_number.get(out.baseline) if out.baseline is not None else None
+        speculative = by_number.get(out.best_speculative) if out.best_speculative is not None else None
+        paid = out.paid
+        try:
+            best_config = render_export(study, out)
+        except UserError as exc:  # no winner declared (no baseline), or no recorded engine arguments
+            note = str(exc)
     featured = chosen if paid else speculative
     candidates = _candidate_summaries(rows, config, dict(study.user_attrs.get(REJECTED_ATTR) or {}))
     importances, importance_note = param_importances(rows)
@@ -85,18 +93,20 @@ def build_report(study: optuna.Study, config: StudyConfig | None = None, storage
         report.served = served_levels(report.finalists)
     report.headline = headline(report)
     report.why = explain(report, config)
-    report.confirmation = _confirmation(study)
-    report.schedule = schedule_section(study, config)
+    report.outcome = out
+    if out is not None:
+        report.decided = [f"answer: {out.summary()}", f"rule: {out.rule}"]
+    report.confirmation = _confirmation(study, out)
+    report.schedule = schedule_section(out, config) if out is not None else None
     return report
 
 
-def _confirmation(study: optuna.Study) -> list[str]:
-    from tuner.trial import confirm
+def _confirmation(study: optuna.Study, out: StudyOutcome | None) -> list[str]:
+    from tuner.results import confirmation
 
-    conf = confirm.current(study)
-    if conf is not None:
-        return conf.summary_lines()
-    if confirm.load(study) is not None:
+    if out is not None and out.confirmation is not None:
+        return out.confirmation.summary_lines()
+    if confirmation.load(study) is not None:
         return ["the stored confirmation is of other finalists (the study went on since): run `optimize` again"]
     return []
 

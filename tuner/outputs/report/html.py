@@ -181,6 +181,10 @@ def _findings(report: StudyReport) -> list[str]:
     parts += _served(report)
     if report.why:
         parts.append('<h2>Why</h2><ul id="why">' + "".join(f"<li>{esc(s)}</li>" for s in report.why) + "</ul>")
+    if report.decided:
+        parts.append(
+            '<h2>How it was decided</h2><ul id="decided">' + "".join(f"<li>{esc(s)}</li>" for s in report.decided) + "</ul>"
+        )
     if report.confirmation:
         parts.append(
             '<h2>Confirmation in fresh engines</h2><ul id="confirmation">'

@@ -73,6 +73,8 @@ def render_markdown(report: StudyReport) -> str:
         ]
     if report.why:
         out += ["**Why**", ""] + [f"- {s}" for s in report.why] + [""]
+    if report.decided:
+        out += ["**How it was decided**", ""] + [f"- {s}" for s in report.decided] + [""]
     if report.confirmation:
         out += ["**Confirmation in fresh engines**", ""] + [f"- {s}" for s in report.confirmation] + [""]
     out += _schedule(report)

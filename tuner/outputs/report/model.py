@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tuner.results import store
 from tuner.results.record import TrialRecord
 from tuner.results.scoring import TrialMetrics, apply_reference
+from tuner.results.store import config_from_study
 from tuner.study.spec import TrialSpec
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
     from tuner.outputs.report.schedule_section import ScheduleSection
-    from tuner.study.config import StudyConfig
+    from tuner.results.outcome import StudyOutcome
 
 
 @dataclass
@@ -153,6 +154,8 @@ class StudyReport:
     served: list[ServedLevelRow] = field(default_factory=list)  # serve mode: latency per level of the finalists
     slo: SloSummary | None = None
     schedule: ScheduleSection | None = None  # the batch-size schedule, when the study asked for one
+    outcome: StudyOutcome | None = None  # the study's answer (tuner.results.outcome) the report renders
+    decided: list[str] = field(default_factory=list)  # the outcome's rule and reason, as export states them
 
     def level_name(self, level: int) -> str:
         return level_name(self.mode, level)
@@ -268,19 +271,3 @@ def best_baseline(rows: Sequence[TrialRow]) -> TrialRow | None:
 def best_scored(rows: Sequence[TrialRow]) -> TrialRow | None:
     scored = [r for r in rows if r.metrics is not None]
     return max(scored, key=lambda r: r.metrics.score if r.metrics else -math.inf, default=None)
-
-
-def config_from_study(study: optuna.Study) -> StudyConfig | None:
-    """The study file stored with the study (prompts paths may not resolve here; only settings are shown)."""
-    import yaml
-    from pydantic import ValidationError
-
-    from tuner.study.config import StudyConfig
-
-    text = study.user_attrs.get(store.STUDY_FILE)
-    if not text:
-        return None
-    try:
-        return StudyConfig.model_validate(yaml.safe_load(text))
-    except (yaml.YAMLError, ValidationError, TypeError):
-        return None

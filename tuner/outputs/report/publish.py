@@ -13,7 +13,7 @@ from tuner.outputs.report.markdown import render_markdown
 if TYPE_CHECKING:
     import optuna
 
-    from tuner.outputs.report.model import TrialRow
+    from tuner.outputs.report.model import StudyReport
     from tuner.results.tracking import Tracker
     from tuner.study.config import StudyConfig
 
@@ -43,17 +43,30 @@ def log_study_artifacts(
         for name, artifact in (("latency", LATENCY_ARTIFACT), ("schedule", SCHEDULE_ARTIFACT)):
             if name in figs:
                 tracker.client.log_figure(parent_run, figs[name], artifact)
-        _tag_best(tracker, study.study_name, report.chosen)
-        if report.chosen is not None and report.chosen.speedup is not None:
-            tracker.set_tags(parent_run, {"best_config": report.chosen.label, "verdict": report.headline})
+        _tag_best(tracker, study.study_name, _served_run(report))
+        out = report.outcome
+        if out is not None:
+            tags = {"verdict": report.headline, "outcome": out.summary()}
+            if out.exported is not None:
+                tags["best_config"] = out.exported.label
+            tracker.set_tags(parent_run, tags)
     except Exception as exc:  # the study is measured and stored; a report problem must not fail the command
         print(f"warning: could not log the report to MLflow ({type(exc).__name__}: {exc})", file=sys.stderr)
 
 
-def _tag_best(tracker: Tracker, study_name: str, chosen: TrialRow | None) -> None:
+def _served_run(report: StudyReport) -> str | None:
+    """The MLflow run of what is served: the chosen trial's, or the schedule's engine when a schedule is."""
+    out = report.outcome
+    if out is not None and out.verdict == "schedule" and out.schedule is not None:
+        return out.schedule.mlflow_run_id or None
+    if out is not None and out.exported is None:
+        return None
+    return report.chosen.mlflow_run_id if report.chosen is not None else None
+
+
+def _tag_best(tracker: Tracker, study_name: str, keep: str | None) -> None:
     from tuner.results.tracking import STUDY_TAG
 
-    keep = chosen.mlflow_run_id if chosen is not None else None
     flagged = tracker.client.search_runs(
         [tracker.experiment_id], filter_string=f"tags.`{STUDY_TAG}` = '{study_name}' and tags.{BEST_TAG} = 'true'"
     )

@@ -1,5 +1,5 @@
-"""The report's "Batch-size schedule" section: the stored ScheduleRun (tuner.trial.schedule_check) as the
-export's header states it. Every figure and sentence comes from the run and the export's own helpers
+"""The report's "Batch-size schedule" section: the study outcome's ScheduleRun (tuner.results.schedule_run) as
+the export's header states it. Every figure and sentence comes from the run and the export's own helpers
 (tuner.outputs.export_schedule), so the report and best.yaml cannot disagree."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import optuna
-
+    from tuner.results.outcome import StudyOutcome
+    from tuner.results.schedule_run import ScheduleRun
     from tuner.study.config import StudyConfig
-    from tuner.trial.schedule_check import ScheduleRun
 
 
 @dataclass
@@ -28,24 +27,23 @@ class ScheduleSection:
         return self.run is not None and self.run.exported
 
 
-def schedule_section(study: optuna.Study, config: StudyConfig | None) -> ScheduleSection | None:
+def schedule_section(out: StudyOutcome, config: StudyConfig | None) -> ScheduleSection | None:
     """None when the study asks for no schedule or none was derived yet; else what became of it."""
     from tuner.outputs import export_schedule
     from tuner.results.schedule import RULE, VALIDATION_RULE
-    from tuner.trial import schedule_check
 
     if config is not None and not config.schedule.enabled:
         return None
-    run = schedule_check.current(study)
+    run = out.schedule
     if run is None:
-        return ScheduleSection(outcome=export_schedule.STALE) if schedule_check.load(study) is not None else None
+        return None
     section = ScheduleSection(outcome=run.outcome(), run=run)
     schedule = run.schedule
     if schedule is not None:
         section.ranges = [r.text() for r in schedule.ranges]
         section.rules = f"{RULE}; the last range runs to {schedule.cap}; {VALIDATION_RULE}"
         section.caveats = [line.removeprefix("# note: ") for line in export_schedule.caveat_lines(run)]
-    section.static_answer = [line.strip() for line in export_schedule.static_answer_lines(study, run)]
+    section.static_answer = [line.strip() for line in export_schedule.static_answer_lines(run, out.mode)]
     return section
 
 
