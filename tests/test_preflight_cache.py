@@ -58,7 +58,9 @@ def test_the_verdict_is_reused_until_something_it_depends_on_changes(tmp_path: P
     _, reused = preflight_cache.cached_preflight(_config(tmp_path), work)
     assert not reused and len(calls) == 2
     # A setting pre-flight reads (the schedule asks vLLM for one more probe): checked again.
-    _, reused = preflight_cache.cached_preflight(_config(tmp_path, schedule={"enabled": True}), work)
+    _, reused = preflight_cache.cached_preflight(
+        _config(tmp_path, schedule={"enabled": True}, confirm={"enabled": True}), work
+    )
     assert not reused and len(calls) == 3
 
 

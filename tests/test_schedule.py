@@ -86,16 +86,21 @@ def _best(trial: int, tps: float) -> StaticBest:
     return StaticBest(trial=trial, label=f"trial {trial}", tokens_per_s=tps)
 
 
-def test_validation_needs_every_level_within_noise_and_a_higher_score() -> None:
+def test_validation_needs_the_fresh_engines_every_level_within_noise_and_a_higher_score() -> None:
     best = {1: _best(2, 52.0), 4: _best(0, 100.0)}
-    ok = decide({1: 51.0, 4: 99.0}, {1: 1.27, 4: 0.99}, 1.13, best, NOISE, (2, "ngram k=3", 1.10))
+    won = (True, "its engines 1.20-1.25 beat the baseline engines up to 1.02")
+    ok = decide({1: 51.0, 4: 99.0}, {1: 1.27, 4: 0.99}, 1.13, best, NOISE, (2, "ngram k=3", 1.10), won)
     assert ok.exported and all(c.within for c in ok.levels) and "over its 1.100" in ok.reason
-    slow = decide({1: 49.0, 4: 99.0}, {}, 1.13, best, NOISE, (2, "ngram k=3", 1.10))
+    assert ok.reason.startswith(won[1])
+    slow = decide({1: 49.0, 4: 99.0}, {}, 1.13, best, NOISE, (2, "ngram k=3", 1.10), won)
     assert not slow.exported and slow.reason.startswith("at level 1 ") and not slow.levels[0].within
-    low = decide({1: 51.0, 4: 99.0}, {}, 1.10, best, NOISE, (2, "ngram k=3", 1.10))
+    low = decide({1: 51.0, 4: 99.0}, {}, 1.10, best, NOISE, (2, "ngram k=3", 1.10), won)
     assert not low.exported and "not above" in low.reason
-    missing = decide({1: 51.0}, {}, 1.2, best, NOISE, (2, "ngram k=3", 1.10))
+    missing = decide({1: 51.0}, {}, 1.2, best, NOISE, (2, "ngram k=3", 1.10), won)
     assert not missing.exported and "at level 4" in missing.reason
+    lost = (False, "its engines 0.98-1.25 do not all beat the baseline engines up to 1.02")
+    lucky = decide({1: 51.0, 4: 99.0}, {1: 1.27, 4: 0.99}, 1.13, best, NOISE, (2, "ngram k=3", 1.10), lost)
+    assert not lucky.exported and lucky.reason == f"not confirmed in fresh engines: {lost[1]}"
 
 
 # -- config and pre-flight ---------------------------------------------------------------------------
@@ -106,6 +111,7 @@ def test_validation_needs_every_level_within_noise_and_a_higher_score() -> None:
         ({"enabled": True, "drafter": "none"}, "method none takes no batch-size schedule"),
         ({"drafter": "ngram"}, "schedule.enabled is false"),
         ({"enabled": "sometimes"}, "schedule.enabled"),
+        ({"enabled": True}, "validated among the confirmation's fresh engines"),
     ],
 )
 def test_schedule_settings_are_checked_in_one_line(tmp_path: Path, schedule: dict[str, Any], message: str) -> None:
@@ -130,7 +136,7 @@ def _fake_vllm(monkeypatch: pytest.MonkeyPatch, schedule_error: str | None = Non
 
 
 def _config(tmp_path: Path, **schedule: Any) -> StudyConfig:
-    data = study_dict(tmp_path, schedule={"enabled": True, **schedule})
+    data = study_dict(tmp_path, schedule={"enabled": True, **schedule}, confirm={"enabled": True})
     data["workload"]["batch_sizes"] = [1, 4]
     data["target"]["engine_args"]["data_parallel_size"] = 2
     return StudyConfig.model_validate(data)
@@ -152,7 +158,7 @@ def test_a_vllm_without_the_key_is_found_before_any_engine(tmp_path: Path, monke
     from tuner.engine.preflight import check_schedule
 
     seen = _fake_vllm(monkeypatch, schedule_error="unexpected keyword argument")
-    data = study_dict(tmp_path, schedule={"enabled": True})
+    data = study_dict(tmp_path, schedule={"enabled": True}, confirm={"enabled": True})
     data["workload"]["batch_sizes"] = [1, 4]
     note = check_schedule(StudyConfig.model_validate(data))
     assert note is not None and "rejects num_speculative_tokens_per_batch_size (unexpected keyword" in note
@@ -166,7 +172,7 @@ def test_enabling_the_schedule_keeps_the_studys_fingerprint(tmp_path: Path) -> N
     from tuner.trial.optimize import OptimizeOptions, StudyRunner
 
     def mark(schedule: dict[str, Any]) -> str:
-        config = load_study(write_study(tmp_path, study_dict(tmp_path, schedule=schedule)))
+        config = load_study(write_study(tmp_path, study_dict(tmp_path, schedule=schedule, confirm={"enabled": True})))
         runner = StudyRunner(config, "", OptimizeOptions())
         study = runner._create_study(__import__("optuna").storages.InMemoryStorage())
         return str(study.user_attrs["fingerprint"])

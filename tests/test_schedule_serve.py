@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from tests.test_schedule_flow import GAINS, _run, _stored, _study, fake_schedule  # noqa: F401
-from tuner.trial import schedule_check
 
 # Goodput: the validation server runs the concurrency levels and the SLO rate search, as the trials do.
 SERVE = {
@@ -24,10 +23,10 @@ def test_a_served_study_validates_its_schedule_under_the_same_load(
     data = _study(tmp_path, GAINS)
     data["workload"].update({"mode": "serve", "serve": SERVE})
     assert _run(tmp_path, data) == 0
-    assert (tmp_path / "launches").read_text() == "4"  # three trials, one validation server
+    assert (tmp_path / "launches").read_text() == "9"  # three trials; k=3, the schedule and the baseline twice each
     run = _stored(data)
     assert run.schedule is not None and run.schedule.vllm_value() == [[1, 3, 3], [4, 1024, 0]]
-    request = json.loads((tmp_path / "runs" / "sched" / schedule_check.WORKDIR / "request.json").read_text())
+    request = json.loads((tmp_path / "runs" / "sched" / "confirm-r1-schedule" / "request.json").read_text())
     assert request["mode"] == "serve"
     assert run.metrics is not None and run.metrics.mode == "serve"
     assert [lv.batch_size for lv in run.metrics.levels] == [1, 4]

@@ -182,8 +182,7 @@ def _stored(study: StudyConfig, spec: dict, metrics: object) -> optuna.trial.Fro
 
 def test_selection_rescores_against_the_final_reference(tmp_path: Path) -> None:
     """A baseline scored before a faster one was measured keeps a stale stored score; selection must not use it."""
-    from tuner.outputs.export import choose
-    from tuner.results import store
+    from tuner.results import outcome, store
 
     study = _weighted_study(tmp_path)
     eager = score_result(_result({1: [100, 100, 100], 8: [400, 400, 400]}), study)  # first: its own reference
@@ -202,8 +201,8 @@ def test_selection_rescores_against_the_final_reference(tmp_path: Path) -> None:
     assert best_base is not None and best_base.number == 1
     rescored = store.scored_metrics(optuna_study, optuna_study.trials[0])
     assert rescored is not None and rescored.score == pytest.approx(0.75 * 100 / 120 + 0.25 * 400 / 440)
-    chosen, baseline, paid = choose(optuna_study)
-    assert (chosen.number, baseline and baseline.number, paid) == (1, 1, False)  # 0.75*0.95+0.25*0.75 < 1
+    out = outcome.decide(optuna_study)
+    assert (out.chosen, out.baseline, out.paid) == (1, 1, False)  # 0.75*0.95+0.25*0.75 < 1
 
 
 def test_a_trial_record_reads_the_same_as_the_loose_attributes_of_an_older_study(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ TRIALS_VIEW_ID = "specdec-trials"
 TRIALS_VIEW_NAME = "specdec trials"
 TRIALS_VIEW_TAG = VIEW_TAG_PREFIX + TRIALS_VIEW_ID
 
-# Where ``mlflow ui`` (3.17) listens without --host and --port.
+# Where ``mlflow ui`` (3.17) listens by default: loopback only, port 5000.
 LOCAL_UI = "http://127.0.0.1:5000"
 # Tracking URIs that are a store rather than a server; "+driver" suffixes (postgresql+psycopg2) aside.
 LOCAL_STORE_SCHEMES = frozenset({"", "file", "sqlite", "postgresql", "mysql", "mssql"})

@@ -348,15 +348,9 @@ class StudyConfig(StrictModel):
         return self._schedule_drafter(names)
 
     def _schedule_drafter(self, names: list[str]) -> StudyConfig:
-        if self.schedule.enabled and not self.confirm.enabled:
-            raise ValueError(
-                "schedule.enabled: a batch-size schedule is validated among the confirmation's fresh engines, "
-                "against the baseline's, and confirm.enabled is false; fix: set confirm.enabled: true "
-                "(or schedule.enabled: false)"
-            )
         drafter = self.schedule.drafter
         if drafter is None:
-            return self
+            return self._schedule_confirmed()
         if not self.schedule.enabled:
             raise ValueError("schedule.drafter is set but schedule.enabled is false; fix: set enabled: true")
         candidate = next((c for c in self.candidates if c.name == drafter), None)
@@ -366,6 +360,15 @@ class StudyConfig(StrictModel):
             raise ValueError(
                 f"schedule.drafter: method {candidate.method} takes no batch-size schedule; "
                 "fix: name a speculative candidate"
+            )
+        return self._schedule_confirmed()
+
+    def _schedule_confirmed(self) -> StudyConfig:
+        if self.schedule.enabled and not self.confirm.enabled:
+            raise ValueError(
+                "schedule.enabled: a batch-size schedule is validated among the confirmation's fresh engines, "
+                "against the baseline's, and confirm.enabled is false; fix: set confirm.enabled: true "
+                "(or schedule.enabled: false)"
             )
         return self
 
