@@ -25,7 +25,6 @@ from tuner.engine.request import EngineResult, ProgressEvent, TrialRequest
 from tuner.outputs import latency_plots, plots
 from tuner.outputs.report import build_report, render_html, render_markdown
 from tuner.outputs.report.model import SloSummary, SloTrialRow, StudyReport, TrialRow
-from tuner.outputs.report.served import served_levels
 from tuner.outputs.report.tables import slo_table
 from tuner.results import store
 from tuner.study.config import ServeConfig
@@ -222,16 +221,27 @@ def test_truncated_rate_search_is_said(served: FakeStudy) -> None:
     assert "yes (rate_search.time_limit_s)" in unescape(render_html(report))
 
 
-def test_serve_report_without_an_slo(served: FakeStudy) -> None:
+@pytest.fixture(scope="module")
+def served_without_slo(tmp_path_factory: pytest.TempPathFactory) -> FakeStudy:
+    """A served study with no SLO: throughput per concurrency level decides, no rate search runs."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("tuner.engine.preflight.check_with_vllm", lambda config, names: {})
+        mp.setattr("tuner.engine.preflight.check_draft_pair", lambda target, draft, trust: None)
+        return make_study(
+            tmp_path_factory.mktemp("serve-no-slo"),
+            name="serve-no-slo",
+            trials=2,
+            eager=(True,),
+            first_trials=[{"candidate": "ngram", "num_speculative_tokens": 4}],
+            workload={"mode": "serve", "serve": {"objective": "throughput"}},
+        )
+
+
+def test_serve_report_without_an_slo(served_without_slo: FakeStudy) -> None:
     """Serve mode with no SLO: the latency table says '–' for it, no SLO section, a one-row latency plot."""
-    report = build_report(served.load())
-    for _, row in report.finalists:
-        assert row.metrics is not None
-        row.metrics.slo = None
-        for lv in row.metrics.levels:
-            lv.slo_held = None
-    report.slo = None
-    report.served = served_levels(report.finalists)
+    report = build_report(served_without_slo.load())
+    assert report.mode == "serve" and report.slo is None and report.served
+    assert all(row.metrics is not None and row.metrics.slo is None for _, row in report.finalists)
     assert {s.slo_held for s in report.served} == {None}
     md, html = render_markdown(report), unescape(render_html(report))
     assert "**Latency per concurrency level**" in md and "SLO: highest request rate" not in md

@@ -12,7 +12,7 @@ from tuner.engine.load import window_from_result, write_dataset
 from tuner.engine.rate_search import search_rate
 from tuner.engine.request import ServedWindow, SloSearch
 from tuner.engine.vllm_metrics import DRAFTS, PER_POS, snapshot_from_prometheus
-from tuner.results.scoring import SLO_RATE_LEVEL, TrialMetrics, apply_reference, reference_levels
+from tuner.results.scoring import SLO_RATE_LEVEL, LevelMetrics, TrialMetrics, apply_reference, reference_levels
 from tuner.study.config import RateSearchConfig, WorkloadConfig
 
 
@@ -154,25 +154,36 @@ def test_prometheus_counters_match_get_metrics_names() -> None:
     assert "vllm:generation_tokens" not in snap
 
 
-def _metrics(rate: float, throughput_score: float) -> TrialMetrics:
+def _goodput(rate: float, tokens_per_s: float) -> TrialMetrics:
+    level = LevelMetrics(
+        batch_size=1, tokens_per_s=tokens_per_s, tokens_per_s_mad=0.0, tokens_per_s_cv=0.0, score=tokens_per_s, repeats=[]
+    )
     return TrialMetrics(
-        levels=[],
-        score=throughput_score,
-        tokens_per_s=1.0,
+        levels=[level],
+        score=0.0,
+        tokens_per_s=tokens_per_s,
         objective="goodput",
         slo=SloSearch(percentile=90, ttft_ms=100, max_rate_rps=rate),
     )
 
 
 def test_goodput_ranks_by_rate_then_throughput() -> None:
-    base = _metrics(2.0, 0.0)
-    reference = reference_levels([base])
-    assert reference[SLO_RATE_LEVEL] == 2.0
-    faster = apply_reference(_metrics(3.0, 0.0), reference)
-    tied_slow = apply_reference(_metrics(2.0, 0.0), reference)
-    assert faster.slo_rate_speedup == 1.5 and faster.score > tied_slow.score
-    no_base = apply_reference(_metrics(3.0, 0.0), {})
-    assert no_base.slo_rate_speedup is None and no_base.score == 3.0
+    reference = reference_levels([_goodput(2.0, 100.0)])
+    assert reference == {1: 100.0, SLO_RATE_LEVEL: 2.0}
+    faster_rate = apply_reference(_goodput(3.0, 90.0), reference)
+    same_rate_faster = apply_reference(_goodput(2.0, 120.0), reference)
+    same_rate_slower = apply_reference(_goodput(2.0, 80.0), reference)
+    assert faster_rate.slo_rate_speedup == 1.5 and same_rate_faster.slo_rate_speedup == 1.0
+    # the rate decides, even against 30% more throughput; at one rate, throughput breaks the tie
+    assert faster_rate.score > same_rate_faster.score > same_rate_slower.score
+
+
+def test_a_goodput_trial_scored_before_any_baseline_is_rescored_in_the_baselines_units() -> None:
+    early = apply_reference(_goodput(3.0, 90.0), {})  # no baseline yet: its value is a raw rate
+    reference = reference_levels([_goodput(2.0, 100.0)])
+    late = apply_reference(early, reference)  # what store.scored_metrics and the sampler see once it exists
+    assert early.slo_rate_speedup is None and late.slo_rate_speedup == 1.5
+    assert late.score == apply_reference(_goodput(3.0, 90.0), reference).score != early.score
 
 
 def test_serve_settings_need_serve_mode() -> None:
