@@ -84,7 +84,8 @@ acceptance counters, engine start time) and, when it did not complete, why (`fai
         """study = store.load_existing(STORAGE, STUDY_NAME)
 rows = report.collect_rows(study)
 summary = report.build_report(study, storage=STORAGE)
-display(Markdown(f"**{summary.headline}**"))
+# The study's one answer (tuner.results.outcome), as export and report state it: what is served, and by which rule.
+display(Markdown(f"**{summary.headline}**\n\n" + "\n".join(f"- {line}" for line in summary.decided)))
 trials = report.trials_frame(rows)
 trials""",
     ),
