@@ -1,4 +1,9 @@
-"""check-pair and the pre-flight check on real checkpoints: the demo pair, and a draft made incompatible."""
+"""check-pair and the pre-flight check on real checkpoints: the demo pair, and a draft made incompatible.
+
+The commands run in this process (``tuner.cli.main``, output captured): the tokenizer loads import
+transformers' auto classes, torch and scikit-learn, 7 s of each command's 9 s when every command was a
+new process (2026-12-04, 2-core machine); here they are imported once. ``python -m tuner``'s own start
+has its tests in test_cli."""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, study_dict, write_study
+from tests.conftest import ROOT, CliResult, study_dict, write_study
+from tuner.cli import main
 from tuner.models.demo import DRAFT_LAYERS, TARGET_NAME, demo_path, draft_name
 
 pytestmark = pytest.mark.usefixtures("demo_models")
@@ -29,6 +35,21 @@ def resized_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def cli(
+    args: list[str], capsys: pytest.CaptureFixture[str], cwd: Path | None = None, env: dict[str, str] | None = None
+) -> CliResult:
+    """``python -m tuner ARGS`` in this process, in ``cwd`` with ``env`` added: exit code, stdout and stderr."""
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        if cwd is not None:
+            mp.chdir(cwd)
+        for key, value in {"PYTHONPATH": str(ROOT), **(env or {})}.items():
+            mp.setenv(key, value)
+        code = main(args)
+    out = capsys.readouterr()
+    return CliResult(code, out.out, out.err)
 
 
 # Two tokens no probe text uses: swapping their ids keeps the size and every probe encoding.
@@ -61,8 +82,8 @@ def swapped_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("layers", DRAFT_LAYERS)
-def test_demo_pair_is_compatible(tmp_path: Path, layers: int) -> None:
-    res = run_cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", f"demo:{draft_name(layers)}"], tmp_path)
+def test_demo_pair_is_compatible(layers: int, capsys: pytest.CaptureFixture[str]) -> None:
+    res = cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", f"demo:{draft_name(layers)}"], capsys)
     assert res.returncode == 0, res.stderr
     assert "verdict: compatible" in res.stdout
     assert "token ids of probe texts" in res.stdout and "size ratio" in res.stdout
@@ -70,8 +91,8 @@ def test_demo_pair_is_compatible(tmp_path: Path, layers: int) -> None:
         assert check in res.stdout
 
 
-def test_swapped_token_ids_are_incompatible_and_named(tmp_path: Path, swapped_draft: Path) -> None:
-    res = run_cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(swapped_draft)], tmp_path)
+def test_swapped_token_ids_are_incompatible_and_named(swapped_draft: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(swapped_draft)], capsys)
     assert res.returncode == 2, res.stdout
     verdict = res.stdout[res.stdout.index("verdict:") :]
     assert "INCOMPATIBLE" in verdict and "vocabulary (token → id) differs" in verdict
@@ -79,24 +100,24 @@ def test_swapped_token_ids_are_incompatible_and_named(tmp_path: Path, swapped_dr
     assert "token ids of probe texts" in res.stdout  # the probes alone did not see it
 
 
-def test_reordered_merges_are_incompatible(tmp_path: Path) -> None:
+def test_reordered_merges_are_incompatible(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     draft = _tokenizer_copy(tmp_path / "draft-merges")
     data = json.loads((draft / "tokenizer.json").read_text(encoding="utf-8"))
     merges = data["model"]["merges"]
     merges[-1], merges[-2] = merges[-2], merges[-1]
     (draft / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    res = run_cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(draft)], tmp_path)
+    res = cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(draft)], capsys)
     assert res.returncode == 2, res.stdout
     assert f"BPE merges differs (target merge {len(merges) - 2}:" in " ".join(res.stdout.split())
 
 
-def test_special_tokens_are_compared_and_pad_only_warns(tmp_path: Path) -> None:
+def test_special_tokens_are_compared_and_pad_only_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for role, verdict in (("eos_token", 2), ("pad_token", 0)):
         draft = _tokenizer_copy(tmp_path / f"draft-{role}")
         config = json.loads((draft / "tokenizer_config.json").read_text())
         config[role] = "<|endoftext|>"
         (draft / "tokenizer_config.json").write_text(json.dumps(config))
-        res = run_cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(draft)], tmp_path)
+        res = cli(["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(draft)], capsys)
         assert res.returncode == verdict, (role, res.stdout)
         if role == "eos_token":
             assert "special tokens (besides PAD) differs (target eos_token '<|im_end|>', draft eos_token" in " ".join(
@@ -104,6 +125,18 @@ def test_special_tokens_are_compared_and_pad_only_warns(tmp_path: Path) -> None:
             )
         else:
             assert "differs (warning)" in res.stdout and "verdict: compatible" in res.stdout
+
+
+def test_a_changed_checkpoint_is_compared_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A process keeps its reports by the folders' files (tuner.study.pair_check): a changed file is a new pair."""
+    draft = _tokenizer_copy(tmp_path / "draft")
+    args = ["check-pair", "--target", f"demo:{TARGET_NAME}", "--draft", str(draft)]
+    assert cli(args, capsys).returncode == 0
+    config = json.loads((draft / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|endoftext|>"
+    (draft / "tokenizer_config.json").write_text(json.dumps(config))
+    res = cli(args, capsys)
+    assert res.returncode == 2 and "special tokens (besides PAD) differs" in " ".join(res.stdout.split()), res.stdout
 
 
 def test_preflight_removes_the_swapped_draft(tmp_path: Path, swapped_draft: Path, fake_engine: str) -> None:
@@ -117,25 +150,28 @@ def test_preflight_removes_the_swapped_draft(tmp_path: Path, swapped_draft: Path
     assert repr(SWAPPED[0]) in result.rejected["swapped"]
 
 
-def test_resized_vocabulary_is_incompatible(tmp_path: Path, resized_draft: Path) -> None:
-    res = run_cli(["check-pair", "--target", "demo:SmolLM2-135M-Instruct", "--draft", str(resized_draft)], tmp_path)
+def test_resized_vocabulary_is_incompatible(resized_draft: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = cli(["check-pair", "--target", "demo:SmolLM2-135M-Instruct", "--draft", str(resized_draft)], capsys)
     assert res.returncode == 2
     assert "INCOMPATIBLE" in res.stdout and "vocabulary" in res.stdout
 
 
-def test_check_pair_missing_path(tmp_path: Path) -> None:
-    res = run_cli(["check-pair", "--target", "demo:SmolLM2-135M-Instruct", "--draft", str(tmp_path / "nope")], tmp_path)
+def test_check_pair_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = cli(["check-pair", "--target", "demo:SmolLM2-135M-Instruct", "--draft", str(tmp_path / "nope")], capsys)
     assert res.returncode == 2
     assert res.stderr.strip().startswith("error: --draft:") and len(res.stderr.strip().splitlines()) == 1
 
 
-def test_preflight_drops_incompatible_draft(tmp_path: Path, resized_draft: Path, fake_engine: str) -> None:
+def test_preflight_drops_incompatible_draft(
+    tmp_path: Path, resized_draft: Path, fake_engine: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from mlflow.tracking import MlflowClient
 
     data = study_dict(tmp_path, budget={"trials": 2, "trial_timeout_s": 60})
     data["candidates"].append({"name": "bad", "method": "draft_model", "model": str(resized_draft)})
-    res = run_cli(
+    res = cli(
         ["optimize", "--study", str(write_study(tmp_path, data)), "--no-progress"],
+        capsys,
         tmp_path,
         env={"SPECDEC_TUNER_ENGINE_MODULE": "tests.fake_engine"},
     )
@@ -147,33 +183,35 @@ def test_preflight_drops_incompatible_draft(tmp_path: Path, resized_draft: Path,
     assert "bad" in parent.data.tags["preflight.rejected"]
 
 
-def test_study_report_says_preflight_removed_the_swapped_draft(tmp_path: Path, swapped_draft: Path) -> None:
+def test_study_report_says_preflight_removed_the_swapped_draft(
+    tmp_path: Path, swapped_draft: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = study_dict(tmp_path, budget={"trials": 2, "trial_timeout_s": 60})
     data["candidates"].append({"name": "swapped", "method": "draft_model", "model": str(swapped_draft)})
     study = write_study(tmp_path, data)
     env = {"SPECDEC_TUNER_ENGINE_MODULE": "tests.fake_engine"}
-    res = run_cli(["optimize", "--study", str(study), "--no-progress"], tmp_path, env=env)
+    res = cli(["optimize", "--study", str(study), "--no-progress"], capsys, tmp_path, env)
     assert res.returncode == 0, res.stderr
     assert "candidate 'swapped' removed" in res.stderr and repr(SWAPPED[0]) in res.stderr
-    report = run_cli(["report", "--study", str(study), "--format", "md"], tmp_path)
+    report = cli(["report", "--study", str(study), "--format", "md"], capsys, tmp_path)
     assert report.returncode == 0, report.stderr
     line = next(x for x in report.stdout.splitlines() if x.startswith("- swapped:"))
     assert "removed by pre-flight" in line and "vocabulary (token → id) differs" in line and repr(SWAPPED[0]) in line
 
 
-def test_nothing_valid_left_exits_2(tmp_path: Path, resized_draft: Path) -> None:
+def test_nothing_valid_left_exits_2(tmp_path: Path, resized_draft: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = study_dict(tmp_path)
     data["candidates"] = [{"name": "bad", "method": "draft_model", "model": str(resized_draft)}]
-    res = run_cli(["optimize", "--study", str(write_study(tmp_path, data))], tmp_path)
+    res = cli(["optimize", "--study", str(write_study(tmp_path, data))], capsys, tmp_path)
     assert res.returncode == 2
     assert "no speculative candidate passed" in res.stderr
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
 
 
-def test_missing_draft_path_is_bad_input(tmp_path: Path) -> None:
+def test_missing_draft_path_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = study_dict(tmp_path)
     data["candidates"][2]["model"] = str(tmp_path / "missing-draft")
-    res = run_cli(["optimize", "--study", str(write_study(tmp_path, data))], tmp_path)
+    res = cli(["optimize", "--study", str(write_study(tmp_path, data))], capsys, tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip().startswith("error: candidates.2.model:")
     assert "Traceback" not in res.stderr

@@ -6,6 +6,7 @@ the pair or accepts almost nothing. Checking costs seconds; finding out on a GPU
 
 from __future__ import annotations
 
+import copy
 import json
 import struct
 from dataclasses import dataclass, field
@@ -59,6 +60,8 @@ def _load_tokenizer(path: str, trust_remote_code: bool) -> Any:
 
 def _first_vocab_difference(target: dict[str, int], draft: dict[str, int]) -> tuple[str, str] | None:
     """The first token (by target id, then draft id) whose id differs, as (target side, draft side)."""
+    if target == draft:
+        return None
     for token, tid in sorted(target.items(), key=lambda item: item[1]):
         did = draft.get(token)
         if did != tid:
@@ -85,6 +88,8 @@ def _merges(tokenizer: Any, path: str) -> list[tuple[str, ...]] | None:
 
 
 def _first_merge_difference(target: list[tuple[str, ...]], draft: list[tuple[str, ...]]) -> tuple[str, str] | None:
+    if target == draft:
+        return None
     for i in range(max(len(target), len(draft))):
         t = " + ".join(repr(x) for x in target[i]) if i < len(target) else "none"
         d = " + ".join(repr(x) for x in draft[i]) if i < len(draft) else "none"
@@ -183,8 +188,33 @@ def _fmt_params(n: int | None) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
+def _files_stamp(path: str) -> tuple[str, tuple[tuple[str, int, int], ...]] | None:
+    """The checkpoint folder's files by name, size and change time; None for what is not a local folder."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    files = sorted(f for f in folder.iterdir() if f.is_file())
+    return str(folder.resolve()), tuple((f.name, (st := f.stat()).st_size, st.st_mtime_ns) for f in files)
+
+
+# Reports of this process, by both folders' files: pre-flight compares the same pair again for each study a
+# process runs (a test session runs many); two tokenizer loads are about two seconds.
+_REPORTS: dict[tuple[object, ...], PairReport] = {}
+
+
 def compare_pair(target: str, draft: str, trust_remote_code: bool = False, load_weights: bool = False) -> PairReport:
     del load_weights  # sizes come from file headers; kept for API clarity
+    stamps = (_files_stamp(target), _files_stamp(draft))
+    key = (*stamps, trust_remote_code)
+    if None not in stamps and key in _REPORTS:
+        return copy.deepcopy(_REPORTS[key])
+    report = _compare(target, draft, trust_remote_code)
+    if None not in stamps:
+        _REPORTS[key] = copy.deepcopy(report)
+    return report
+
+
+def _compare(target: str, draft: str, trust_remote_code: bool) -> PairReport:
     t_tok = _load_tokenizer(target, trust_remote_code)
     d_tok = _load_tokenizer(draft, trust_remote_code)
     t_cfg, d_cfg = _config(target), _config(draft)
