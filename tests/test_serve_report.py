@@ -37,26 +37,27 @@ SERVE = {
 }
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> FakeStudy:
-    """Baseline, ngram k=4 (chosen), ngram k=2, draft-4l k=2 (pruned: its drafts are almost never accepted)."""
+def _served_study(tmp: Path, name: str, first_trials: list[dict[str, Any]], workload: dict[str, Any]) -> FakeStudy:
     with pytest.MonkeyPatch.context() as mp:
         # The pre-flight (a vLLM subprocess and tokenizer loads, ~20 s) has its own tests (test_methods,
         # test_pair_check); here every candidate passes it.
         mp.setattr("tuner.engine.preflight.check_with_vllm", lambda config, names: {})
         mp.setattr("tuner.engine.preflight.check_draft_pair", lambda target, draft, trust: None)
         return make_study(
-            tmp_path_factory.mktemp("serve-report"),
-            name="serve-report",
-            trials=4,
-            eager=(True,),
-            first_trials=[
-                {"candidate": "ngram", "num_speculative_tokens": 4},
-                {"candidate": "ngram", "num_speculative_tokens": 2},
-                {"candidate": "draft-4l", "num_speculative_tokens": 2},
-            ],
-            workload={"mode": "serve", "top_p": 0.95, "serve": SERVE},
+            tmp, name=name, trials=len(first_trials) + 1, eager=(True,), first_trials=first_trials, workload=workload
         )
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> FakeStudy:
+    """Baseline, ngram k=4 (chosen), ngram k=2, draft-4l k=2 (pruned: its drafts are almost never accepted)."""
+    first = [
+        {"candidate": "ngram", "num_speculative_tokens": 4},
+        {"candidate": "ngram", "num_speculative_tokens": 2},
+        {"candidate": "draft-4l", "num_speculative_tokens": 2},
+    ]
+    workload = {"mode": "serve", "top_p": 0.95, "serve": SERVE}
+    return _served_study(tmp_path_factory.mktemp("serve-report"), "serve-report", first, workload)
 
 
 def test_fake_engine_serves_windows_and_searches_the_slo_rate(tmp_path: Path) -> None:
@@ -224,17 +225,9 @@ def test_truncated_rate_search_is_said(served: FakeStudy) -> None:
 @pytest.fixture(scope="module")
 def served_without_slo(tmp_path_factory: pytest.TempPathFactory) -> FakeStudy:
     """A served study with no SLO: throughput per concurrency level decides, no rate search runs."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("tuner.engine.preflight.check_with_vllm", lambda config, names: {})
-        mp.setattr("tuner.engine.preflight.check_draft_pair", lambda target, draft, trust: None)
-        return make_study(
-            tmp_path_factory.mktemp("serve-no-slo"),
-            name="serve-no-slo",
-            trials=2,
-            eager=(True,),
-            first_trials=[{"candidate": "ngram", "num_speculative_tokens": 4}],
-            workload={"mode": "serve", "serve": {"objective": "throughput"}},
-        )
+    first = [{"candidate": "ngram", "num_speculative_tokens": 4}]
+    workload = {"mode": "serve", "serve": {"objective": "throughput"}}
+    return _served_study(tmp_path_factory.mktemp("serve-no-slo"), "serve-no-slo", first, workload)
 
 
 def test_serve_report_without_an_slo(served_without_slo: FakeStudy) -> None:

@@ -4,7 +4,6 @@ fresh engines, and its verdict (the rules: tuner.results.schedule). Read here; e
 from __future__ import annotations
 
 import json
-import statistics
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -207,9 +206,3 @@ def representative(conf: Confirmation) -> Any:
         return failed
     values = [conf.engine_value(e) for e in runs]
     return runs[values.index(min(values))] if conf.reference() is not None else runs[0]
-
-
-def median_levels(conf: Confirmation) -> dict[int, float]:
-    runs = [e for e in conf.engines if e.schedule and e.failure is None]
-    levels = sorted({lv for e in runs for lv in e.levels})
-    return {lv: statistics.median([e.levels[lv] for e in runs if lv in e.levels]) for lv in levels}

@@ -33,6 +33,8 @@ def _log(runner: StudyRunner, out: StudyOutcome) -> None:
     tracker = runner.tracker
     assert tracker is not None
     tags: dict[str, Any] = {"outcome.verdict": out.verdict, "outcome.rule": out.rule, "outcome.reason": out.reason}
+    exported = out.exported
+    tags["best_trial"] = "none" if exported is None else ("schedule" if exported.kind == "schedule" else exported.trial)
     conf, decision = out.confirmation, out.decision
     if conf is not None and decision is not None:
         winner = "schedule" if out.verdict == "schedule" else (str(decision.winner) if decision.winner is not None else "none")

@@ -322,7 +322,6 @@ class StudyRunner:
                 summary["baseline_tokens_per_s"] = bm.tokens_per_s
             if m.speedup is not None:
                 summary["best_speedup"] = m.speedup
-            ps.tracker.set_tags(ps.parent_run, {"best_trial": best.number})
         trials = ps.study.get_trials(deepcopy=False)
         summary["pruning_saved_s"] = sum(store.record_value(t, "pruning_saved_s") or 0.0 for t in trials)
         ps.tracker.log_metrics(ps.parent_run, summary)
