@@ -217,3 +217,25 @@ def test_export_report_and_mlflow_render_the_stored_outcome(tmp_path: Path, fake
         [parent.info.experiment_id], filter_string="tags.best = 'true'"
     )
     assert [r.data.tags["optuna.trial_number"] for r in best] == ["1"]
+
+
+def test_a_rate_search_cut_by_its_time_limit_is_exported_as_a_lower_bound(tmp_path: Path, fake_engine: str) -> None:
+    data = study_dict(tmp_path, budget={"trials": 2, "trial_timeout_s": 60})
+    data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": 3}]
+    data["pruning"] = {"enabled": False}
+    data["workload"].update(
+        {
+            "mode": "serve",
+            "batch_sizes": [1],
+            "serve": {
+                "objective": "goodput",
+                "slo": {"percentile": 90, "ttft_ms": 100, "tpot_ms": 30},
+                "rate_search": {"start_rps": 1, "max_rps": 64, "time_limit_s": 0.5},
+            },
+        }
+    )
+    data["target"]["engine_args"]["fake_probe_s"] = 0.3
+    assert _run(tmp_path, data, "--export", str(tmp_path / "best.yaml")) == 0
+    text = (tmp_path / "best.yaml").read_text()
+    line = next(line for line in text.splitlines() if line.startswith("# SLO "))
+    assert "or more (a lower bound: the search stopped at its time limit)" in line, line
