@@ -7,6 +7,7 @@
 #
 # STEPs, by default all of them in this order:
 #   check    python, torch, GPU and vLLM versions            -> OUTDIR/machine.json
+#            (first a driver too old for torch's CUDA ends the run in one line: benchmarks/cuda_driver.py)
 #   prepare  python -m tuner models prepare-demo (from the packaged GGUF; SPECDEC_TUNER_GGUF overrides)
 #   study    python -m tuner optimize, Optuna and MLflow in SQLite files under OUTDIR
 #            (running it again resumes the study up to its budget)
@@ -28,7 +29,7 @@
 # SPECDEC_TUNER_CACHE (default OUTDIR/cache), VLLM_CACHE_ROOT (default OUTDIR/vllm-cache, so a fresh
 # OUTDIR starts with a cold compile cache), SERVE_PORT (8011), SERVE_TIMEOUT_S (300).
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,28p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
 OUT=$(mkdir -p "$1" && cd "$1" && pwd); shift
 STEPS=${*:-check prepare study export serve summary}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +52,7 @@ record() {  # step rc started
 }
 
 step_check() {
+  "$PY" -m benchmarks.cuda_driver || return 1
   "$PY" - "$OUT/machine.json" <<'EOF'
 import json, platform, subprocess, sys
 import torch, vllm
