@@ -21,6 +21,10 @@ Throughput is a deterministic function of the speculative settings; behaviour is
   fake_capacity_rps: serve mode, the request rate the baseline saturates at (default 8.0; speculation
     raises it by its throughput gain)
   fake_probe_s: serve mode, seconds each SLO probe takes (default fake_repeat_s)
+  fake_v1_runner: log vLLM 0.26's fallback to the V1 model runner instead of "Using V2 Model Runner"
+
+Like a real engine it logs its model runner and CUDA-graph mode (NONE when eager, FULL_AND_PIECEWISE
+otherwise) in vLLM's words, and reads them back from its own log as the real one does.
 
 Serve mode (``request.mode == "serve"``): every repeat carries a ``served`` window with latencies from
 a fake model (TPOT from the per-stream throughput, TTFT growing with concurrency or request rate),
@@ -37,7 +41,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tuner.engine.measure import PROGRESS_FILE, RESULT_FILE
+from tuner.engine.measure import LOG_FILE, PROGRESS_FILE, RESULT_FILE
 from tuner.engine.rate_search import search_rate
 from tuner.engine.request import (
     EngineResult,
@@ -48,6 +52,7 @@ from tuner.engine.request import (
     SloSearch,
     TrialRequest,
 )
+from tuner.engine.runner_log import parse_runner_log
 from tuner.engine.vllm_metrics import SpecStats
 from tuner.study.config import ServeConfig
 
@@ -188,6 +193,25 @@ def misbehave(kwargs: dict, spec: dict | None) -> int | None:
     return None
 
 
+def log_runner(kwargs: dict) -> None:
+    """The model runner's and CUDA-graph mode's lines of a real engine log (vLLM 0.26 and 0.32, H200)."""
+    graphs = "NONE: 0" if kwargs.get("enforce_eager") else "FULL_AND_PIECEWISE: (2, 1)"
+    print(
+        "(EngineCore pid=2352) INFO 12-04 03:06:54 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        f"model='fake', compilation_config={{'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': "
+        f"<CUDAGraphMode.{graphs}>, 'cudagraph_num_of_warmups': 1}}",
+        flush=True,
+    )
+    if kwargs.get("fake_v1_runner"):
+        print(
+            "WARNING 12-02 19:08:15 [vllm.py:584] Model Runner V2 does not yet support speculative method "
+            "'draft_model'; using the V1 model runner instead.",
+            flush=True,
+        )
+    else:
+        print("(EngineCore pid=2352) INFO 12-04 03:06:57 [gpu_worker.py:518] Using V2 Model Runner", flush=True)
+
+
 def launch_factor(kwargs: dict) -> float:
     if not kwargs.get("fake_launch_file"):
         return 1.0
@@ -229,6 +253,7 @@ def main(argv: list[str]) -> int:
     kwargs = request.llm_kwargs
     spec = kwargs.get("speculative_config")
     print("fake engine starting", flush=True)
+    log_runner(kwargs)
     code = misbehave(kwargs, spec)
     if code is not None:
         return code
@@ -271,6 +296,7 @@ def main(argv: list[str]) -> int:
         device="cpu (fake)",
         mode=request.mode,
         slo=slo,
+        runner=parse_runner_log(outdir / LOG_FILE),
     )
     (outdir / RESULT_FILE).write_text(result.model_dump_json())
     return 0

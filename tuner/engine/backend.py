@@ -51,6 +51,7 @@ class BackendInfo:
     device: str = ""
     peak_memory_bytes: int | None = None
     resolved_args: dict[str, int] = field(default_factory=dict)  # EngineResult.resolved_args
+    runner: dict[str, str] = field(default_factory=dict)  # EngineResult.runner
 
 
 @runtime_checkable

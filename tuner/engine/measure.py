@@ -47,7 +47,7 @@ def backend_for(request: TrialRequest, outdir: Path) -> MeasurementBackend:
 
     from tuner.engine.offline import OfflineBackend
 
-    return OfflineBackend()
+    return OfflineBackend(outdir / LOG_FILE)
 
 
 def run(request: TrialRequest, outdir: Path, backend: MeasurementBackend | None = None) -> EngineResult:
@@ -104,6 +104,7 @@ def run(request: TrialRequest, outdir: Path, backend: MeasurementBackend | None 
         mode=request.mode,
         slo=slo,
         resolved_args=info.resolved_args,
+        runner=info.runner,
     )
 
 

@@ -5,12 +5,15 @@ fixed batches with ``LLM.generate``; the entry point that drives it is :mod:`tun
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tuner.engine.backend import BackendInfo, LevelResult, RepeatHook, Workload
 from tuner.engine.request import RepeatMeasurement
+from tuner.engine.runner_log import parse_runner_log, runner_from_config
 from tuner.engine.serve_file import RESOLVED_ARGS
 from tuner.engine.vllm_metrics import Snapshot, diff, snapshot
 from tuner.study.prompts import Prompt
@@ -52,9 +55,12 @@ def fill_batch(prompts: list[str], batch_size: int) -> list[str]:
 
 
 class OfflineBackend:
-    """The offline ``vllm.LLM`` engine, in this process (its engine core in processes of its own)."""
+    """The offline ``vllm.LLM`` engine, in this process (its engine core in processes of its own).
+    ``log_path``: where this process's output goes (the engine process's ``engine.log``), read for the
+    model runner and CUDA-graph mode."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_path: Path | None = None) -> None:
+        self._log_path = log_path
         self._llm: Any = None
         self._prompts: list[str] = []
         self._params: Any = None
@@ -112,7 +118,8 @@ class OfflineBackend:
         return snapshot(self._llm.get_metrics())
 
     def info(self) -> BackendInfo:
-        return dataclasses.replace(device_info(), resolved_args=resolved_args(self._llm))
+        runner = engine_runner(self._llm, self._log_path)
+        return dataclasses.replace(device_info(), resolved_args=resolved_args(self._llm), runner=runner)
 
     def stop(self) -> None:
         """Nothing to do: once the result is written the tuner kills this process's whole group,
@@ -126,6 +133,19 @@ def resolved_args(llm: Any) -> dict[str, int]:
     scheduler = getattr(engine_config, "scheduler_config", None)
     values = {name: getattr(scheduler, name, None) for name in RESOLVED_ARGS}
     return {name: v for name, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def engine_runner(llm: Any, log_path: Path | None) -> dict[str, str]:
+    """The model runner and CUDA-graph mode of ``llm`` (EngineResult.runner): what the log at ``log_path`` says
+    (this process's output, vLLM's engine core's included); what it does not, from the engine's config (an
+    engine whose output is not in ``log_path``, e.g. one run inside a test's own process)."""
+    logged: dict[str, str] = {}
+    if log_path is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logged = parse_runner_log(log_path)
+    config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
+    return {**runner_from_config(config), **logged}
 
 
 def _device_name(torch: Any) -> str:

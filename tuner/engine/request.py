@@ -133,6 +133,9 @@ class EngineResult(BaseModel):
     # What the measured engine resolved for the arguments it was not given (tuner.engine.serve_file.RESOLVED_ARGS);
     # empty when this vLLM does not say, and in serve mode, whose server already starts from the exported file.
     resolved_args: dict[str, int] = {}
+    # The model runner and CUDA-graph mode the engine ran with, as its log says (tuner.engine.runner_log:
+    # model_runner "V1"/"V2", cudagraph_mode "NONE", "FULL_AND_PIECEWISE", ...); a key vLLM did not state is absent.
+    runner: dict[str, str] = {}
 
 
 class ProgressEvent(BaseModel):

@@ -6,6 +6,7 @@ server's ``/metrics``, diffed around each measured window, so warm-up never coun
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -17,7 +18,9 @@ from tuner.engine.load import BenchClient
 from tuner.engine.offline import device_info, render_prompts
 from tuner.engine.rate_search import search_rate
 from tuner.engine.request import RepeatMeasurement, SloProbe, SloSearch
+from tuner.engine.runner_log import parse_runner_log
 from tuner.engine.server import HOST, VllmServer
+from tuner.engine.server import LOG_FILE as SERVER_LOG
 from tuner.engine.vllm_metrics import Snapshot, diff
 from tuner.study.config import ServeConfig
 
@@ -134,7 +137,8 @@ class ServeBackend:
         return self.server.spec_counters()
 
     def info(self) -> BackendInfo:
-        return device_info()
+        # the server's own log: the engine process's says nothing of the engine
+        return dataclasses.replace(device_info(), runner=parse_runner_log(self.workdir / SERVER_LOG))
 
     def stop(self) -> None:
         if self.server is not None:

@@ -134,9 +134,10 @@ def speculative_config(
     prompt_lookup_max: int | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """vLLM's ``speculative_config`` (None: no speculation). Only keys that vLLM 0.26 and 0.32 both accept;
-    ``extra`` is the study file's own keys (and the schedule under validation), passed as given after the
-    tuner's. An ``extra`` key that this function sets itself raises ValueError."""
+    """vLLM's ``speculative_config`` (None: no speculation), in the keys of vLLM 0.32, the version the project
+    is tested with (README, "Installing elsewhere"); ``extra`` is the study file's own keys (and the schedule
+    under validation), passed as given after the tuner's. An ``extra`` key that this function sets itself
+    raises ValueError."""
     if not METHODS[method].speculates:
         return None
     config: dict[str, Any] = {"method": method, K: num_speculative_tokens}

@@ -9,6 +9,7 @@ from optuna.trial import Trial
 
 from tuner.engine.process import RunOutcome, log_tail, run_engine
 from tuner.engine.request import TrialRequest
+from tuner.engine.runner_log import workdir_runner
 from tuner.redaction import redact
 from tuner.results import record, store
 from tuner.results.record import RETRY_OF, TrialRecord
@@ -82,6 +83,12 @@ class TrialExecutor:
         # measurement and shutdown. Study time outside these windows is the tuner's own overhead.
         rec.engine_wall_s = outcome.wall_s
         tracker.log_metrics(run_id, {"engine_wall_s": outcome.wall_s})
+        # model_runner, cudagraph_mode: what the engine's log says it ran with (tuner.engine.runner_log)
+        if outcome.result is not None:
+            runner = dict(outcome.result.runner)
+        else:
+            runner = workdir_runner(outcome.log_path.parent) if outcome.log_path else {}
+            rec.engine = runner or None
         if outcome.pruned_reason:
             baseline = store.best_baseline(ps.study)
             saved = pruning_saved_s(outcome, ps.config, store.trial_metrics(baseline) if baseline else None)
@@ -91,7 +98,7 @@ class TrialExecutor:
             partial = [e.measurement for e in outcome.events if e.measurement is not None]
             tracker.log_metrics(run_id, {"pruning_saved_s": saved})
             tracker.log_stepped(run_id, "tokens_per_s_partial", [m.tokens_per_s for m in partial])
-            tracker.set_tags(run_id, {"state": "PRUNED", "pruned_reason": outcome.pruned_reason})
+            tracker.set_tags(run_id, {"state": "PRUNED", "pruned_reason": outcome.pruned_reason, **runner})
             tracker.log_text(run_id, log_tail(outcome.log_path), "engine_log_tail.txt")
             tracker.end_trial(run_id, "FINISHED")
             self.view.trial_finished(trial.number, f"pruned ({outcome.pruned_reason})", None)
@@ -100,7 +107,9 @@ class TrialExecutor:
             rec.failure_class = outcome.failure
             rec.error = outcome.message[:2000]
             record.write(trial, rec)
-            tracker.set_tags(run_id, {"state": "FAIL", "failure_class": outcome.failure, "error": outcome.message})
+            tracker.set_tags(
+                run_id, {"state": "FAIL", "failure_class": outcome.failure, "error": outcome.message, **runner}
+            )
             tracker.log_text(run_id, log_tail(outcome.log_path), "engine_log_tail.txt")
             tracker.end_trial(run_id, "FAILED")
             self.view.trial_finished(trial.number, f"failed: {outcome.failure}: {outcome.message[:120]}", None)
@@ -117,7 +126,7 @@ class TrialExecutor:
             rec.token_ids = dict(result.token_ids)
         metrics = apply_reference(metrics, reference_levels(references))
         rec.metrics = metrics
-        rec.engine = {"vllm": result.vllm_version, "torch": result.torch_version, "device": result.device}
+        rec.engine = {"vllm": result.vllm_version, "torch": result.torch_version, "device": result.device, **runner}
         rec.resolved_args = dict(result.resolved_args) or None
         record.write(trial, rec)
         tracker.log_metrics(run_id, metrics.flat())
@@ -129,7 +138,9 @@ class TrialExecutor:
             tracker.log_stepped(run_id, "slo_probe_rate_rps", [p.rate_rps for p in metrics.slo.probes])
             tracker.log_stepped(run_id, "slo_probe_held", [float(p.held) for p in metrics.slo.probes])
             tracker.log_dict(run_id, metrics.slo.model_dump(mode="json"), "slo_search.json")
-        tracker.set_tags(run_id, {"state": "COMPLETE", "vllm_version": result.vllm_version, "device": result.device})
+        tracker.set_tags(
+            run_id, {"state": "COMPLETE", "vllm_version": result.vllm_version, "device": result.device, **runner}
+        )
         self._flag_lossless(run_id, spec, metrics, result.device)
         tracker.end_trial(run_id, "FINISHED")
         best = self._best_label(metrics.score, spec)

@@ -25,6 +25,13 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value * 1000:.1f} ms"
 
 
+def runner_cell(engine: dict[str, Any]) -> str:
+    """The model runner and CUDA-graph mode the trial's engine logged (``V2 FULL_AND_PIECEWISE``); ``–`` where
+    the engine did not say (tuner.engine.runner_log)."""
+    said = [str(engine[k]) for k in ("model_runner", "cudagraph_mode") if engine.get(k)]
+    return " ".join(said) or "–"
+
+
 def trial_table(rows: Sequence[TrialRow]) -> tuple[list[str], list[list[str]]]:
     """The all-trials table as header and string cells (shared by HTML, Markdown and the notebook)."""
     from tuner.outputs.report.model import rows_mode
@@ -33,7 +40,7 @@ def trial_table(rows: Sequence[TrialRow]) -> tuple[list[str], list[list[str]]]:
     header = ["trial", "state", "configuration", "tokens/s", "speedup"]
     serve = rows_mode(rows) == "serve"
     header += [f"tokens/s concurrency {b}" if serve else f"tokens/s bs{b}" for b in batch_sizes]
-    header += ["acceptance", "mean acc. length", "engine start", "notes"]
+    header += ["acceptance", "mean acc. length", "engine start", "runner", "notes"]
     body = []
     for r in rows:
         m = r.metrics
@@ -46,6 +53,7 @@ def trial_table(rows: Sequence[TrialRow]) -> tuple[list[str], list[list[str]]]:
             _pct(m.spec.acceptance_rate) if m else "–",
             _f(m.spec.mean_acceptance_length, ".2f") if m else "–",
             _f(m.engine_start_s, ".1f", " s") if m else "–",
+            runner_cell(r.engine),
             r.reason,
         ]
         body.append(cells)
@@ -73,6 +81,8 @@ def trials_frame(rows: Sequence[TrialRow]) -> Any:
             "acceptance_rate": m.spec.acceptance_rate if m else None,
             "mean_acceptance_length": m.spec.mean_acceptance_length if m else None,
             "engine_start_s": m.engine_start_s if m else None,
+            "model_runner": r.engine.get("model_runner"),
+            "cudagraph_mode": r.engine.get("cudagraph_mode"),
             "notes": r.reason,
         }
         for lv in m.levels if m else []:
