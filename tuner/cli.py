@@ -264,14 +264,30 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_check_pair(args: argparse.Namespace) -> int:
+    from tuner.study.heads import check_head, is_head
+    from tuner.study.hub import local_checkpoint
     from tuner.study.pair_check import compare_pair, render
     from tuner.study.spec import local_path_missing, resolve_model
 
     target, draft = resolve_model(args.target), resolve_model(args.draft)
+    local: dict[str, str] = {}
     for flag, path in (("--target", target), ("--draft", draft)):
         if local_path_missing(path):
             raise UserError(f"{flag}: {path} does not exist; fix: give a checkpoint directory or demo:NAME")
-    report = compare_pair(target, draft, trust_remote_code=args.trust_remote_code)
+        folder = local_checkpoint(path)
+        if folder is None:
+            raise UserError(
+                f"{flag}: {path} is neither a folder nor a hub id in the local cache or on the hub; "
+                "fix: check the id, or download it (HF_HUB_OFFLINE=1 allows the cache only)"
+            )
+        local[flag] = folder
+    if is_head(local["--draft"]):
+        report = check_head(local["--target"], local["--draft"], flag="--draft")
+        print(render(report, target, draft))
+        if not report.compatible:
+            raise UserError(next(r.problem for r in report.rows if r.blocking and not r.ok and r.problem))
+        return EXIT_OK
+    report = compare_pair(local["--target"], local["--draft"], trust_remote_code=args.trust_remote_code)
     print(render(report, target, draft))
     return EXIT_OK if report.compatible else EXIT_BAD_INPUT
 

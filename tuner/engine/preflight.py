@@ -57,7 +57,9 @@ def run_preflight(config: StudyConfig) -> Preflight:
         found = find_candidate(config, name)
         reason = None
         if found is not None and found.model:
-            reason = check_draft_pair(target_path, resolve_model(found.model), config.target.trust_remote_code)
+            reason = check_draft_pair(
+                target_path, resolve_model(found.model), config.target.trust_remote_code, found.method
+            )
         if reason:
             rejected[name] = reason
         else:
@@ -146,13 +148,23 @@ def check_schedule(config: StudyConfig) -> str | None:
     return text
 
 
-def check_draft_pair(target: str, draft: str, trust_remote_code: bool) -> str | None:
-    """Reason the draft cannot serve this target, or None. Cheap: tokenizers and configs only."""
+def check_draft_pair(
+    target: str, draft: str, trust_remote_code: bool, method: methods.Method = "draft_model"
+) -> str | None:
+    """Reason the draft cannot serve this target, or None. Cheap: tokenizers and configs only (an EAGLE
+    head's shapes instead of a tokenizer: tuner.study.heads). Hub ids are checked on their cached or
+    downloaded config and tokenizer files; one that cannot be had is left to the engine."""
+    from tuner.study.heads import check_head
+    from tuner.study.hub import local_checkpoint
     from tuner.study.pair_check import compare_pair
 
-    if not (Path(target).exists() and Path(draft).exists()):
-        return None  # hub ids: vLLM checks them when the engine starts
-    report = compare_pair(target, draft, trust_remote_code=trust_remote_code, load_weights=False)
+    target_dir, draft_dir = local_checkpoint(target), local_checkpoint(draft)
+    if target_dir is None or draft_dir is None or not (Path(target_dir).exists() and Path(draft_dir).exists()):
+        return None
+    if methods.rules(method).head:
+        head = check_head(target_dir, draft_dir, method)
+        return None if head.compatible else head.reason
+    report = compare_pair(target_dir, draft_dir, trust_remote_code=trust_remote_code, load_weights=False)
     return None if report.compatible else report.reason
 
 

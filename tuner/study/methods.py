@@ -53,6 +53,9 @@ class MethodRules:
     # vLLM passes the schedule's k to this method's proposer (vllm/v1/worker/gpu_model_runner.py,
     # propose_draft_token_ids: ngram, suffix, and the eagle/draft-model branch that mtp takes too).
     batch_schedule: bool = True
+    # The model is an EAGLE head (vLLM's EAGLE or speculators layout), fed with the target's hidden states:
+    # it has no tokenizer of its own, so pre-flight checks its shapes against the target instead.
+    head: bool = False
 
     @property
     def knobs(self) -> tuple[str, ...]:
@@ -68,8 +71,8 @@ METHODS: dict[Method, MethodRules] = {
     "none": MethodRules("none", draft_model="forbidden", speculates=False, batch_schedule=False),
     "ngram": MethodRules("ngram", draft_model="forbidden", lookup=True),
     "draft_model": MethodRules("draft_model", draft_model="required"),
-    "eagle": MethodRules("eagle", draft_model="required"),
-    "eagle3": MethodRules("eagle3", draft_model="required"),
+    "eagle": MethodRules("eagle", draft_model="required", head=True),
+    "eagle3": MethodRules("eagle3", draft_model="required", head=True),
     # MTP drafts with the target's own heads; a separate checkpoint may be given.
     "mtp": MethodRules("mtp", draft_model="optional"),
     "suffix": MethodRules("suffix", draft_model="forbidden"),
@@ -168,4 +171,6 @@ def label(
         return "no speculation"
     if rule.lookup:
         return f"{method} k={num_speculative_tokens} lookup {prompt_lookup_min}-{prompt_lookup_max}"
+    if rule.head:
+        return f"{method} {candidate} k={num_speculative_tokens}"
     return f"{candidate} k={num_speculative_tokens}"

@@ -35,6 +35,7 @@ class PairRow:
     draft: str
     ok: bool
     blocking: bool = True
+    problem: str | None = None  # the one-line reason and fix, when "X differs" would not say it
 
 
 @dataclass
@@ -49,7 +50,7 @@ class PairReport:
     @property
     def reason(self) -> str:
         bad = [r for r in self.rows if r.blocking and not r.ok]
-        return "; ".join(f"{r.check} differs (target {r.target}, draft {r.draft})" for r in bad)
+        return "; ".join(r.problem or f"{r.check} differs (target {r.target}, draft {r.draft})" for r in bad)
 
 
 def _load_tokenizer(path: str, trust_remote_code: bool) -> Any:
@@ -157,28 +158,33 @@ def _identity_rows(t_tok: Any, d_tok: Any, target: str, draft: str) -> list[Pair
     return rows
 
 
-def _config(path: str) -> dict[str, Any]:
+def read_config(path: str) -> dict[str, Any]:
     cfg = Path(path) / "config.json"
     return json.loads(cfg.read_text()) if cfg.exists() else {}
 
 
-def count_parameters(path: str) -> int | None:
-    """From safetensors headers only: no weights are read."""
-    files = sorted(Path(path).glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for file in files:
+def tensor_headers(path: str) -> dict[str, tuple[Path, list[int]]]:
+    """Every tensor of the folder's safetensors files: its file and shape, from the headers alone."""
+    tensors: dict[str, tuple[Path, list[int]]] = {}
+    for file in sorted(Path(path).glob("*.safetensors")):
         with file.open("rb") as fh:
             (length,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(length))
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            n = 1
-            for dim in info["shape"]:
-                n *= dim
-            total += n
+        tensors.update({name: (file, info["shape"]) for name, info in header.items() if name != "__metadata__"})
+    return tensors
+
+
+def count_parameters(path: str) -> int | None:
+    """From safetensors headers only: no weights are read."""
+    tensors = tensor_headers(path)
+    if not tensors:
+        return None
+    total = 0
+    for _, shape in tensors.values():
+        n = 1
+        for dim in shape:
+            n *= dim
+        total += n
     return total
 
 
@@ -217,7 +223,7 @@ def compare_pair(target: str, draft: str, trust_remote_code: bool = False, load_
 def _compare(target: str, draft: str, trust_remote_code: bool) -> PairReport:
     t_tok = _load_tokenizer(target, trust_remote_code)
     d_tok = _load_tokenizer(draft, trust_remote_code)
-    t_cfg, d_cfg = _config(target), _config(draft)
+    t_cfg, d_cfg = read_config(target), read_config(draft)
     report = PairReport()
     rows = report.rows
 

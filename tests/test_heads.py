@@ -1,0 +1,131 @@
+"""EAGLE heads as candidates: check-pair and pre-flight check a head's shapes against the target (no
+tokenizer: a head has none), in both layouts vLLM loads, by path and by hub id from an offline cache.
+
+The heads are tiny random-weight ones shaped for the demo target (tests/tiny_heads.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli, study_dict, write_study
+from tests.test_pair_check import cli
+from tests.tiny_heads import VOCAB, write_head
+from tuner.models.demo import TARGET_NAME, demo_path
+
+pytestmark = pytest.mark.usefixtures("demo_models")
+
+TARGET = f"demo:{TARGET_NAME}"
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("heads")
+    made = {
+        "good": write_head(root / "good"),
+        "speculators": write_head(root / "speculators", layout="speculators"),
+        "wide": write_head(root / "wide", hidden=1152),
+        "d2t": write_head(root / "d2t", d2t_shift=VOCAB),
+        "aux": write_head(root / "aux", aux_ids=[2, 15, 31]),
+        "arch": write_head(root / "arch", architecture="Qwen2ForCausalLM"),
+        "fc": write_head(root / "fc", aux_ids=[2, 15, 27, 29]),
+    }
+    # weights for four auxiliary layers, a config that names three
+    config = json.loads((made["fc"] / "config.json").read_text())
+    config["eagle_aux_hidden_state_layer_ids"] = [2, 15, 27]
+    (made["fc"] / "config.json").write_text(json.dumps(config))
+    return made
+
+
+@pytest.mark.parametrize("layout", ["good", "speculators"])
+def test_a_matching_head_passes_and_says_what_was_checked(
+    layout: str, heads: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    res = cli(["check-pair", "--target", TARGET, "--draft", str(heads[layout])], capsys)
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = " ".join(res.stdout.split())
+    assert "verdict: compatible" in text
+    kind = "speculators" if layout == "speculators" else "eagle"
+    assert f"checked as an eagle3 head ({kind} layout): architecture, target hidden size" in text
+    for check in ("auxiliary layers", "fc.weight shape", "vocabulary (vocab_size)", "draft-to-target ids (d2t)"):
+        assert check in text
+    assert "tokenizer vocabulary size" not in text  # a head has no tokenizer to compare
+
+
+@pytest.mark.parametrize(
+    ("head", "line"),
+    [
+        ("wide", "head hidden size 1152 does not match the target's 576 (target_hidden_size); fix: "),
+        ("d2t", "head d2t maps draft tokens to target id 51199, outside the target's 0-49151 (d2t); fix: "),
+        ("aux", "head auxiliary layer 31 is outside the target's 30 layers (0-30) (eagle_aux_hidden_state_layer_ids)"),
+        ("arch", "head architecture Eagle3Qwen2ForCausalLM is not one vLLM loads as a speculative head"),
+        ("fc", "head fc.weight is [576, 2304], its config says [576, 1728] ("),
+    ],
+)
+def test_a_mismatched_head_exits_2_naming_the_field(
+    head: str, line: str, heads: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    res = cli(["check-pair", "--target", TARGET, "--draft", str(heads[head])], capsys)
+    assert res.returncode == 2, res.stdout
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --draft: " + line), res.stderr
+    assert "; fix: " in lines[0]
+
+
+def test_preflight_keeps_the_matching_head_and_removes_the_wrong_ones(
+    tmp_path: Path, heads: dict[str, Path], fake_engine: str
+) -> None:
+    from tuner.engine.preflight import run_preflight
+    from tuner.study.loader import load_study
+
+    data = study_dict(tmp_path)
+    for name in ("good", "speculators", "wide", "d2t", "aux"):
+        data["candidates"].append({"name": f"head-{name}", "method": "eagle3", "model": str(heads[name])})
+    data["candidates"].append({"name": "as-eagle", "method": "eagle", "model": str(heads["good"])})
+    result = run_preflight(load_study(write_study(tmp_path, data)))
+    assert {"head-good", "head-speculators", "draft-4l"} <= set(result.allowed)
+    assert result.rejected["head-wide"].startswith("head hidden size 1152 does not match the target's 576")
+    assert "(d2t)" in result.rejected["head-d2t"]
+    assert "(eagle_aux_hidden_state_layer_ids)" in result.rejected["head-aux"]
+    # an EAGLE-3 head named as method eagle: vLLM would build it as EAGLE-1
+    assert "is not an eagle head" in result.rejected["as-eagle"]
+
+
+def test_labels_name_the_head() -> None:
+    from tuner.study.spec import TrialSpec
+
+    spec = TrialSpec(candidate="smol-head", method="eagle3", draft_model="/x", num_speculative_tokens=4)
+    assert spec.label() == "eagle3 smol-head k=4 eager"
+
+
+def _hub_cache(home: Path, repo: str, source: Path) -> None:
+    """``source``'s files as the hub snapshot of ``repo`` in HF_HOME ``home`` (huggingface_hub's layout)."""
+    folder = home / "hub" / f"models--{repo.replace('/', '--')}"
+    snapshot = folder / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for file in source.iterdir():
+        if file.is_file() and not (file.suffix == ".safetensors" and file.stat().st_size > 100_000_000):
+            shutil.copy(file, snapshot / file.name)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text("0" * 40)
+
+
+def test_hub_ids_are_checked_from_the_offline_cache(tmp_path: Path, heads: dict[str, Path]) -> None:
+    """Target and heads named by hub id, resolved offline from a cache (the target's weights left out:
+    the checks read configs, tokenizers and the head's headers)."""
+    home = tmp_path / "hf"
+    _hub_cache(home, "demo-org/smollm2", demo_path(TARGET_NAME))
+    _hub_cache(home, "demo-org/head-good", heads["good"])
+    _hub_cache(home, "demo-org/head-wide", heads["wide"])
+    env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    good = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/head-good"], tmp_path, env)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "verdict: compatible" in good.stdout and "checked as an eagle3 head" in " ".join(good.stdout.split())
+    wide = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/head-wide"], tmp_path, env)
+    assert wide.returncode == 2, wide.stdout
+    assert wide.stderr.strip().startswith("error: --draft: head hidden size 1152 does not match the target's 576")
+    missing = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/absent"], tmp_path, env)
+    assert missing.returncode == 2 and "--draft: demo-org/absent is neither" in missing.stderr, missing.stderr
