@@ -85,6 +85,10 @@ def test_preflight_keeps_the_matching_head_and_removes_the_wrong_ones(
     for name in ("good", "speculators", "wide", "d2t", "aux"):
         data["candidates"].append({"name": f"head-{name}", "method": "eagle3", "model": str(heads[name])})
     data["candidates"].append({"name": "as-eagle", "method": "eagle", "model": str(heads["good"])})
+    synthetic = {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.0}
+    data["candidates"].append(
+        {"name": "synthetic", "method": "eagle3", "model": str(heads["good"]), "extra": synthetic}
+    )
     result = run_preflight(load_study(write_study(tmp_path, data)))
     assert {"head-good", "head-speculators", "draft-4l"} <= set(result.allowed)
     assert result.rejected["head-wide"].startswith("head hidden size 1152 does not match the target's 576")
@@ -92,6 +96,21 @@ def test_preflight_keeps_the_matching_head_and_removes_the_wrong_ones(
     assert "(eagle_aux_hidden_state_layer_ids)" in result.rejected["head-aux"]
     # an EAGLE-3 head named as method eagle: vLLM would build it as EAGLE-1
     assert "is not an eagle head" in result.rejected["as-eagle"]
+    # vLLM's CPU rejection sampler has no synthetic mode (this machine has no GPU)
+    assert result.rejected["synthetic"].startswith("vLLM on CPU has no synthetic rejection sampling")
+
+
+def test_a_head_named_as_a_draft_model_is_refused_not_a_traceback(
+    tmp_path: Path, heads: dict[str, Path], fake_engine: str
+) -> None:
+    from tuner.engine.preflight import run_preflight
+    from tuner.study.loader import load_study
+
+    data = study_dict(tmp_path)
+    data["candidates"].append({"name": "head-as-draft", "method": "draft_model", "model": str(heads["good"])})
+    result = run_preflight(load_study(write_study(tmp_path, data)))
+    assert "has no tokenizer files" in result.rejected["head-as-draft"]
+    assert "method: eagle3" in result.rejected["head-as-draft"]
 
 
 def test_labels_name_the_head() -> None:

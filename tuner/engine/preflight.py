@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tuner.engine.hardware import describe as describe_hardware
 from tuner.errors import UserError
 from tuner.study import methods
 from tuner.study.config import StudyConfig
@@ -53,10 +54,11 @@ def run_preflight(config: StudyConfig) -> Preflight:
                 f"candidates.{index}.model: {resolve_model(candidate.model)} does not exist; "
                 "fix: give the path of a draft checkpoint (or demo:NAME)"
             )
+    on_cpu = not describe_hardware().gpu_count
     for name in candidate_names(config):
         found = find_candidate(config, name)
-        reason = None
-        if found is not None and found.model:
+        reason = cpu_problem(found.extra) if found is not None and on_cpu else None
+        if reason is None and found is not None and found.model:
             reason = check_draft_pair(
                 target_path, resolve_model(found.model), config.target.trust_remote_code, found.method
             )
@@ -146,6 +148,18 @@ def check_schedule(config: StudyConfig) -> str | None:
     if config.schedule.drafter:
         raise UserError(f"schedule: {text}; fix: {fix}")
     return text
+
+
+def cpu_problem(extra: dict[str, Any]) -> str | None:
+    """What vLLM's CPU build cannot run of a candidate's settings, or None."""
+    if extra.get("rejection_sample_method") == "synthetic":
+        # vllm/utils/cpu_triton_utils.py (0.32), _rejection_greedy_sample_kernel_impl: the C++ kernel has no
+        # synthetic mode; the engine starts and fails at the first verified draft.
+        return (
+            "vLLM on CPU has no synthetic rejection sampling (extra.rejection_sample_method: synthetic; it fails "
+            "with 'Synthetic acceptance not supported with CPU sampling'); fix: remove it from extra on CPU"
+        )
+    return None
 
 
 def check_draft_pair(

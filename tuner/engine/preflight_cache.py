@@ -21,6 +21,8 @@ CHECK_MODULES = (
     "engine/preflight.py",
     "engine/vllm_checks.py",
     "study/pair_check.py",
+    "study/heads.py",
+    "study/hub.py",
     "study/methods.py",
     "study/config.py",
 )

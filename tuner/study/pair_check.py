@@ -220,7 +220,32 @@ def compare_pair(target: str, draft: str, trust_remote_code: bool = False, load_
     return report
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _without_tokenizer(target: str, draft: str) -> PairReport | None:
+    """A folder with no tokenizer files (an EAGLE head, say) as a blocking row instead of a traceback."""
+    report = PairReport()
+    for side, path in (("target", target), ("draft", draft)):
+        folder = Path(path)
+        if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
+            report.rows.append(
+                PairRow(
+                    "tokenizer files",
+                    "none" if side == "target" else "present",
+                    "none" if side == "draft" else "present",
+                    False,
+                    problem=f"the {side} {path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); fix: give "
+                    "a checkpoint with its tokenizer (an EAGLE head takes method: eagle3 or eagle)",
+                )
+            )
+    return report if report.rows else None
+
+
 def _compare(target: str, draft: str, trust_remote_code: bool) -> PairReport:
+    missing = _without_tokenizer(target, draft)
+    if missing is not None:
+        return missing
     t_tok = _load_tokenizer(target, trust_remote_code)
     d_tok = _load_tokenizer(draft, trust_remote_code)
     t_cfg, d_cfg = read_config(target), read_config(draft)
