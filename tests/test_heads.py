@@ -120,7 +120,7 @@ def test_labels_name_the_head() -> None:
     assert spec.label() == "eagle3 smol-head k=4 eager"
 
 
-def _hub_cache(home: Path, repo: str, source: Path) -> None:
+def _hub_cache(home: Path, repo: str, source: Path) -> Path:
     """``source``'s files as the hub snapshot of ``repo`` in HF_HOME ``home`` (huggingface_hub's layout)."""
     folder = home / "hub" / f"models--{repo.replace('/', '--')}"
     snapshot = folder / "snapshots" / ("0" * 40)
@@ -130,6 +130,7 @@ def _hub_cache(home: Path, repo: str, source: Path) -> None:
             shutil.copy(file, snapshot / file.name)
     (folder / "refs").mkdir()
     (folder / "refs" / "main").write_text("0" * 40)
+    return snapshot
 
 
 def test_hub_ids_are_checked_from_the_offline_cache(tmp_path: Path, heads: dict[str, Path]) -> None:
@@ -146,5 +147,32 @@ def test_hub_ids_are_checked_from_the_offline_cache(tmp_path: Path, heads: dict[
     wide = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/head-wide"], tmp_path, env)
     assert wide.returncode == 2, wide.stdout
     assert wide.stderr.strip().startswith("error: --draft: head hidden size 1152 does not match the target's 576")
+    # a draft model by hub id: the tokenizer comparison, no longer skipped
+    _hub_cache(home, "demo-org/smollm2-4l", demo_path(f"{TARGET_NAME}-4L"))
+    draft = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/smollm2-4l"], tmp_path, env)
+    assert draft.returncode == 0, draft.stdout + draft.stderr
+    assert "vocabulary (token → id)" in draft.stdout and "verdict: compatible" in draft.stdout
     missing = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/absent"], tmp_path, env)
     assert missing.returncode == 2 and "--draft: demo-org/absent is neither" in missing.stderr, missing.stderr
+
+
+def test_preflight_compares_the_tokenizers_of_a_draft_named_by_hub_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pre-flight no longer skips hub ids: the draft's cached tokenizer files are compared with the target's.
+    (In this process huggingface_hub has read HF_HOME already: its cache folder and offline flag are set.)"""
+    from huggingface_hub import constants
+
+    from tuner.engine.preflight import check_draft_pair
+
+    home = tmp_path / "hf"
+    _hub_cache(home, "demo-org/smollm2", demo_path(TARGET_NAME))
+    snapshot = _hub_cache(home, "demo-org/eos-draft", demo_path(f"{TARGET_NAME}-4L"))
+    config = json.loads((snapshot / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|endoftext|>"
+    (snapshot / "tokenizer_config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    reason = check_draft_pair("demo-org/smollm2", "demo-org/eos-draft", trust_remote_code=False)
+    assert reason is not None and "special tokens (besides PAD) differs" in reason
+    assert check_draft_pair("demo-org/smollm2", "demo-org/smollm2", trust_remote_code=False) is None
