@@ -147,6 +147,13 @@ def test_hub_ids_are_checked_from_the_offline_cache(tmp_path: Path, heads: dict[
     wide = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/head-wide"], tmp_path, env)
     assert wide.returncode == 2, wide.stdout
     assert wide.stderr.strip().startswith("error: --draft: head hidden size 1152 does not match the target's 576")
+    # a head on the hub whose weights are not in the cache: its config is checked, its weights are said unchecked
+    (_hub_cache(home, "demo-org/head-config-only", heads["good"]) / "model.safetensors").unlink()
+    config_only = run_cli(
+        ["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/head-config-only"], tmp_path, env
+    )
+    assert config_only.returncode == 0, config_only.stdout + config_only.stderr
+    assert "│ weights " in config_only.stdout and "not local:" in config_only.stdout
     # a draft model by hub id: the tokenizer comparison, no longer skipped
     _hub_cache(home, "demo-org/smollm2-4l", demo_path(f"{TARGET_NAME}-4L"))
     draft = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/smollm2-4l"], tmp_path, env)

@@ -191,8 +191,11 @@ def check_head(target: str, head: str, method: str | None = None, flag: str = ""
         )
 
     aux_count = _check_aux(info, t_layers, row)
+    if not info.tensors:
+        # A hub id's weights are not fetched for a check (config and tokenizer files only).
+        rows.append(PairRow("weights", "", "not local: fc.weight, embeddings and d2t not checked", True, False))
     _check_fc(info, aux_count, row)
-    if "embed_tokens.weight" not in info.tensors and info.hidden_size != t_hidden:
+    if info.tensors and "embed_tokens.weight" not in info.tensors and info.hidden_size != t_hidden:
         row(
             "embeddings (shared with the target)",
             t_hidden,
@@ -212,7 +215,7 @@ def check_head(target: str, head: str, method: str | None = None, flag: str = ""
         "fix: use a head trained for this target's tokenizer",
     )
     if info.method == "eagle3":
-        _check_draft_vocab(head, info, t_vocab, row)
+        _check_draft_vocab(head, info, t_vocab, row, weights=bool(info.tensors))
     checked = ", ".join(r.check for r in rows if r.blocking)
     report.advice.append(
         f"checked as an {info.method} head ({info.layout} layout): {checked}; no tokenizer (a head has none)"
@@ -264,7 +267,7 @@ def _check_fc(info: HeadInfo, aux_count: int, row: Any) -> None:
     )
 
 
-def _check_draft_vocab(head: str, info: HeadInfo, t_vocab: Any, row: Any) -> None:
+def _check_draft_vocab(head: str, info: HeadInfo, t_vocab: Any, row: Any, weights: bool) -> None:
     draft_vocab = info.draft_vocab_size
     lm_head = info.tensors.get("lm_head.weight")
     problem = None
@@ -279,6 +282,8 @@ def _check_draft_vocab(head: str, info: HeadInfo, t_vocab: Any, row: Any) -> Non
             "fix: a config.json that matches the head's weights"
         )
     row("draft vocabulary (draft_vocab_size)", t_vocab, draft_vocab, problem)
+    if not weights:
+        return
     d2t_shape = info.tensors.get("d2t")
     if d2t_shape is None:
         row(
