@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import run_cli, study_dict, write_study
 from tests.test_pair_check import cli
-from tests.tiny_heads import VOCAB, write_head
+from tests.tiny_heads import VOCAB, write_eagle1_head, write_head
 from tuner.models.demo import TARGET_NAME, demo_path
 
 pytestmark = pytest.mark.usefixtures("demo_models")
@@ -73,6 +73,23 @@ def test_a_mismatched_head_exits_2_naming_the_field(
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --draft: " + line), res.stderr
     assert "; fix: " in lines[0]
+
+
+@pytest.mark.parametrize(("hidden", "code"), [(576, 0), (1152, 2)])
+def test_an_eagle1_head_is_checked_as_one(
+    hidden: int, code: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    head = write_eagle1_head(tmp_path / "eagle1", hidden=hidden)
+    res = cli(["check-pair", "--target", TARGET, "--draft", str(head)], capsys)
+    assert res.returncode == code, res.stdout + res.stderr
+    if code == 0:
+        text = " ".join(res.stdout.split())
+        assert "checked as an eagle head (eagle layout): architecture, hidden size (hidden_size)" in text
+        assert "EagleLlamaForCausalLM (llama_eagle)" in text
+    else:
+        assert res.stderr.startswith(
+            "error: --draft: head hidden size 1152 does not match the target's 576 (hidden_size)"
+        )
 
 
 def test_preflight_keeps_the_matching_head_and_removes_the_wrong_ones(

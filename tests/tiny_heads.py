@@ -109,3 +109,19 @@ def write_head(
         }
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
+
+
+def write_eagle1_head(out: Path, hidden: int = HIDDEN) -> Path:
+    """An EAGLE-1 head's layout (config.json of a plain Llama, ``fc`` over embeddings and hidden states,
+    ``layers.0.*``): enough for the checks, not for an engine."""
+    from safetensors.numpy import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        "fc.weight": np.zeros((hidden, 2 * hidden), dtype=np.float32),
+        "layers.0.self_attn.q_proj.weight": np.zeros((HEADS * HEAD_DIM, hidden), dtype=np.float32),
+    }
+    save_file(tensors, str(out / "model.safetensors"))
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden, "vocab_size": VOCAB}
+    (out / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    return out

@@ -49,7 +49,10 @@ def is_head(path: str) -> bool:
     if any("eagle" in str(a).lower() for a in config.get("architectures") or []):
         return True
     names = tensor_headers(path)
-    return any(n.startswith("midlayer.") for n in names) or ("fc.weight" in names and "d2t" in names)
+    if any(n.startswith("midlayer.") for n in names) or "d2t" in names:
+        return True
+    # EAGLE-1: a plain architecture name, but an fc over embeddings and hidden states, and no model.* tree
+    return "fc.weight" in names and not any(n.startswith("model.") for n in names)
 
 
 def read_head(path: str, method: HeadMethod | None = None) -> HeadInfo:
