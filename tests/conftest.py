@@ -16,6 +16,13 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_ENGINE = "tests.fake_engine"
 
+# This machine's environment sets PYTHONDONTWRITEBYTECODE=1 and the venv is installed with pip --no-compile, so
+# without this every Python process the tests start (each CLI run, engine, server and pre-flight probe)
+# compiled torch, vLLM and MLflow from source again: `from vllm import LLM` took 32 s that way and 13 s
+# from cached bytecode (2-core machine, 2026-12-04). Each module is compiled once, on its first import.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # An offline vLLM engine otherwise spawns an engine-core and a worker process, each importing torch and vLLM
 # again: on the 2-core CI class machine an eager start with a draft took 27.1 s that way and 7.0 s
 # in-process (benchmarks/engine_start.py, 2026-12-02). The tuner's engines inherit this from the tests; users' engines keep vLLM's
@@ -80,6 +87,14 @@ def study_dict(tmp: Path, name: str = "test-study", **overrides: Any) -> dict[st
     return data
 
 
+def one_wave(data: dict[str, Any]) -> dict[str, Any]:
+    """A real engine's workload made short: four prompts (three copy tasks), so that batch size 4 is one wave,
+    of 16 tokens each, instead of 5 of 24 (2 waves at batch size 4)."""
+    write_prompts(Path(data["workload"]["prompts"]), n=4)
+    data["workload"]["max_tokens"] = 16
+    return data
+
+
 def write_study(tmp: Path, data: dict[str, Any]) -> Path:
     path = tmp / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -134,6 +149,7 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, demo_models: None) -> R
     tmp = tmp_path_factory.mktemp("real-study")
     data = study_dict(tmp, name="real-study")
     data["workload"]["batch_sizes"] = [1, 4]  # per-level metrics at two concurrencies
+    one_wave(data)  # also what the tests that resume this study measure (interrupts, the schedule's validation)
     data["search"]["first_trials"] = [
         {"candidate": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1},
         {"candidate": "draft-4l", "num_speculative_tokens": 2},

@@ -12,7 +12,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import MULTIPROCESS_ENV, run_cli, study_dict, write_study
+from tests.conftest import MULTIPROCESS_ENV, one_wave, run_cli, study_dict, write_study
 from tuner.engine import process_guard
 from tuner.engine.process import run_engine
 from tuner.engine.request import ProgressEvent, TrialRequest
@@ -89,7 +89,7 @@ def test_killed_engine_ends_the_trial_not_the_tuner(tmp_path: Path, monkeypatch:
 
 
 def test_rejected_and_hopeless_trials_in_a_real_study(tmp_path: Path) -> None:
-    data = study_dict(tmp_path, name="edge", budget={"trials": 3, "trial_timeout_s": 600})
+    data = one_wave(study_dict(tmp_path, name="edge", budget={"trials": 3, "trial_timeout_s": 600}))
     data["candidates"] = [
         {"name": "none", "method": "none"},
         {

@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import MULTIPROCESS, ROOT, RealStudy, run_cli, study_dict, write_study
 from tuner.engine import process_guard
+from tuner.engine.preflight_cache import CACHE_FILE
 from tuner.results import store
 
 
@@ -158,6 +159,10 @@ def _one_more_real_trial(tmp_path: Path, real_study: RealStudy) -> tuple[dict, P
     assert real_study.result.returncode == 0, real_study.result.stderr[-3000:]
     data = yaml.safe_load(real_study.study_path.read_text())
     shutil.copy(real_study.dir / "optuna.db", tmp_path / "optuna.db")
+    # Its pre-flight verdict too, as a resume in the same work directory has it (tokenizer loads, vLLM's checks).
+    workdir = _trial_dir(tmp_path, data, 0).parent
+    workdir.mkdir(parents=True)
+    shutil.copy(_trial_dir(real_study.dir, data, 0).parent / CACHE_FILE, workdir / CACHE_FILE)
     # Sections outside the fingerprint: the copy resumes the same study, with a tracking store of its own.
     data["storage"] = f"sqlite:///{tmp_path / 'optuna.db'}"
     data["tracking"] = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": data["name"]}

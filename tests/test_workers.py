@@ -15,7 +15,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT, run_cli, study_dict, write_study
+from tests.conftest import ROOT, one_wave, run_cli, study_dict, write_study
 from tests.services import mlflow_server, postgres_server
 from tuner.results import store
 
@@ -137,7 +137,7 @@ def test_mixed_hardware_is_refused(tmp_path: Path, postgres: str, tracking: str)
 
 @pytest.mark.engine
 def test_workers_shortcut_with_real_engines(tmp_path: Path, postgres: str, tracking: str, demo_models: None) -> None:
-    data = study_dict(tmp_path, name="real-workers", budget={"trials": 2, "trial_timeout_s": 900})
+    data = one_wave(study_dict(tmp_path, name="real-workers", budget={"trials": 2, "trial_timeout_s": 900}))
     data["storage"] = postgres
     data["tracking"] = {"uri": tracking, "experiment": "real-workers"}
     data["search"]["first_trials"] = [{"candidate": "ngram", "num_speculative_tokens": 2}]
