@@ -85,7 +85,9 @@ acceptance counters, engine start time) and, when it did not complete, why (`fai
 rows = report.collect_rows(study)
 summary = report.build_report(study, storage=STORAGE)
 # The study's one answer (tuner.results.outcome), as export and report state it: what is served, and by which rule.
-display(Markdown(f"**{summary.headline}**\n\n" + "\n".join(f"- {line}" for line in summary.decided)))
+display(Markdown(f"**{summary.headline}**"))
+for line in summary.decided:
+    display(Markdown(f"- {line}"))
 trials = report.trials_frame(rows)
 trials""",
     ),

@@ -73,7 +73,7 @@ def reuse(
     rec.mlflow_run_id = run_id
     record.write(trial, rec)
     ps.tracker.log_params(run_id, spec.mlflow_params())
-    ps.tracker.set_tags(run_id, {"state": source.state.name})
+    ps.tracker.set_tags(run_id, {"state": "REPEAT"})  # no engine ran: its figures are on trial duplicate_of's run
     ps.tracker.end_trial(run_id, "FINISHED" if source.state == TrialState.COMPLETE else "FAILED")
     view.trial_finished(
         trial.number, f"same configuration as trial {source.number}; reused its result (no budget)", None, counted=False
