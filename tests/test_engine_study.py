@@ -116,3 +116,17 @@ def test_finalists_confirmed_in_fresh_engines(real_study: RealStudy) -> None:
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
     parent = client.get_run(study.user_attrs[store.PARENT_RUN])
     assert parent.data.tags["confirm.winner"] == (str(decision.winner) if decision.winner is not None else "none")
+
+
+def test_every_trial_records_the_model_runner_its_engine_logged(real_study: RealStudy) -> None:
+    # vLLM CPU 0.32.0 has no Triton: "Model Runner V2 requires Triton; using the V1 model runner instead.",
+    # and a CPU captures no CUDA graphs (tuner.engine.runner_log reads both from each trial's engine.log)
+    study = optuna.load_study(study_name="real-study", storage=real_study.storage)
+    client = MlflowClient(real_study.tracking_uri)
+    expected = {"model_runner": "V1", "cudagraph_mode": "NONE"}
+    for t in study.get_trials():
+        rec = store.trial_record(t)
+        assert {k: (rec.engine or {}).get(k) for k in expected} == expected, (t.number, rec.engine)
+        assert rec.mlflow_run_id is not None
+        tags = client.get_run(rec.mlflow_run_id).data.tags
+        assert {k: tags.get(k) for k in expected} == expected, (t.number, tags)
