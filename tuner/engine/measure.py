@@ -16,13 +16,21 @@ import time
 from pathlib import Path
 
 from tuner.engine.backend import MeasurementBackend, Workload
-from tuner.engine.request import EngineResult, ProgressEvent, RepeatMeasurement, SloProbe, SloSearch, TrialRequest
+from tuner.engine.request import (
+    LOG_FILE,
+    PROGRESS_FILE,
+    REQUEST_FILE,
+    RESULT_FILE,
+    SECRET_ARGS_ENV,
+    EngineResult,
+    ProgressEvent,
+    RepeatMeasurement,
+    SloProbe,
+    SloSearch,
+    TrialRequest,
+)
 
-RESULT_FILE = "result.json"
-PROGRESS_FILE = "progress.jsonl"
-LOG_FILE = "engine.log"
-REQUEST_FILE = "request.json"
-SECRET_ARGS_ENV = "SPECDEC_TUNER_SECRET_ARGS"  # credentials for vllm.LLM, passed outside the request file
+__all__ = ["LOG_FILE", "PROGRESS_FILE", "REQUEST_FILE", "RESULT_FILE", "SECRET_ARGS_ENV", "main"]
 
 
 class Progress:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tuner.engine import measure as engine_worker
 from tuner.engine import process_guard
+from tuner.engine import request as engine_files
 from tuner.engine.request import EngineResult, ProgressEvent, TrialRequest
 from tuner.environment import STORAGE_ENV, TRACKING_ENV
 from tuner.redaction import is_secret_key
@@ -244,7 +244,7 @@ class EngineProcess:
 
 def progress_ready(workdir: Path) -> Callable[[], bool]:
     """Readiness of a trial's engine process: its progress file has the ``engine_ready`` event."""
-    path = workdir / engine_worker.PROGRESS_FILE
+    path = workdir / engine_files.PROGRESS_FILE
 
     def ready() -> bool:
         try:
@@ -341,18 +341,18 @@ def run_engine(
     poll_s: float = 0.5,
 ) -> RunOutcome:
     workdir.mkdir(parents=True, exist_ok=True)
-    for name in (engine_worker.RESULT_FILE, engine_worker.PROGRESS_FILE):
+    for name in (engine_files.RESULT_FILE, engine_files.PROGRESS_FILE):
         (workdir / name).unlink(missing_ok=True)
     secrets = {k: v for k, v in request.llm_kwargs.items() if is_secret_key(k)}
     public = request.model_copy(
         update={"llm_kwargs": {k: v for k, v in request.llm_kwargs.items() if k not in secrets}}
     )
-    request_path = workdir / engine_worker.REQUEST_FILE
+    request_path = workdir / engine_files.REQUEST_FILE
     request_path.write_text(public.model_dump_json(indent=2))
-    log_path = workdir / engine_worker.LOG_FILE
+    log_path = workdir / engine_files.LOG_FILE
     env = env_with_project()
     env["PYTHONUNBUFFERED"] = "1"
-    env[engine_worker.SECRET_ARGS_ENV] = json.dumps(secrets)  # never written to disk
+    env[engine_files.SECRET_ARGS_ENV] = json.dumps(secrets)  # never written to disk
     for name in (STORAGE_ENV, TRACKING_ENV):  # the engine needs neither (they may carry passwords)
         env.pop(name, None)
     ooms_before = oom_kills()
@@ -370,7 +370,7 @@ def run_engine(
     outcome.wall_s = time.monotonic() - start
     if outcome.failure or outcome.pruned_reason:
         return outcome
-    result_path = workdir / engine_worker.RESULT_FILE
+    result_path = workdir / engine_files.RESULT_FILE
     if result_path.exists():
         outcome.result = EngineResult.model_validate_json(result_path.read_text())
         return outcome
@@ -388,8 +388,8 @@ def _watch(
     on_progress: ProgressHook | None,
     poll_s: float,
 ) -> None:
-    progress_path = workdir / engine_worker.PROGRESS_FILE
-    result_path = workdir / engine_worker.RESULT_FILE
+    progress_path = workdir / engine_files.PROGRESS_FILE
+    result_path = workdir / engine_files.RESULT_FILE
     offset = 0
     while True:
         # Once the result is written the engine's own shutdown is dead time: the group is killed.

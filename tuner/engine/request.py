@@ -6,9 +6,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tuner.engine.runner_log import ENGINE_LOG
 from tuner.engine.vllm_metrics import SpecStats
 from tuner.study.config import ServeConfig, StudyConfig
 from tuner.study.prompts import Prompt
+
+# The files an engine process and its parent (tuner.engine.process) exchange in the engine's directory.
+REQUEST_FILE = "request.json"
+RESULT_FILE = "result.json"
+PROGRESS_FILE = "progress.jsonl"
+LOG_FILE = ENGINE_LOG
+SECRET_ARGS_ENV = "SPECDEC_TUNER_SECRET_ARGS"  # credentials for vllm.LLM, passed outside the request file
 
 
 class TrialRequest(BaseModel):

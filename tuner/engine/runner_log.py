@@ -82,10 +82,13 @@ def runner_from_config(vllm_config: Any) -> dict[str, str]:
     return out
 
 
+# The logs an engine's directory holds: the measuring process's (tuner.engine.measure) and, for a served
+# trial, the server's (tuner.engine.server).
+ENGINE_LOG = "engine.log"
+SERVER_LOG = "server.log"
+
+
 def workdir_runner(workdir: Path) -> dict[str, str]:
     """The runner of the engine a trial's directory holds the logs of (``engine.log``, and a served
     trial's ``server.log``), for an engine that wrote no result: pruned, failed or killed."""
-    from tuner.engine.measure import LOG_FILE
-    from tuner.engine.server import LOG_FILE as SERVER_LOG
-
-    return {**parse_runner_log(workdir / LOG_FILE), **parse_runner_log(workdir / SERVER_LOG)}
+    return {**parse_runner_log(workdir / ENGINE_LOG), **parse_runner_log(workdir / SERVER_LOG)}

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from tuner.engine.process import EngineProcess
+from tuner.engine.runner_log import SERVER_LOG
 from tuner.engine.serve_file import serve_yaml
 from tuner.engine.vllm_metrics import Snapshot, snapshot_from_prometheus
 
 HOST = "127.0.0.1"
 CONFIG_FILE = "serve.yaml"  # a .yaml name: vLLM's --config reads nothing else
-LOG_FILE = "server.log"
+LOG_FILE = SERVER_LOG
 # Credentials of vllm.LLM keyword arguments, which a server reads from its environment instead.
 _SECRET_ENV = {"hf_token": "HF_TOKEN"}
 

@@ -7,7 +7,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from tuner.engine.serve_file import pin_resolved, serve_yaml
-from tuner.outputs.export import USE_LINE, decision_lines, measurement_lines, pinned_lines
+from tuner.outputs.export_lines import USE_LINE, decision_lines, measurement_lines, pinned_lines
 from tuner.results.outcome import StudyOutcome
 from tuner.results.schedule import RULE, VALIDATION_RULE, LevelCheck, LevelChoice, StaticBest
 from tuner.results.schedule_run import ScheduleRun
