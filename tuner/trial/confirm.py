@@ -117,7 +117,12 @@ def _measure(
                 run.levels[bs] = level_metrics(bs, reps, 0.0).tokens_per_s
         if result.slo is not None:
             run.levels[SLO_RATE_LEVEL] = result.slo.max_rate_rps
-        run.engine = {"vllm": result.vllm_version, "torch": result.torch_version, "device": result.device}
+        run.engine = {
+            "vllm": result.vllm_version,
+            "torch": result.torch_version,
+            "device": result.device,
+            **result.runner,  # model_runner, cudagraph_mode: they decide a verdict as much as the drafter
+        }
         run.resolved_args = dict(result.resolved_args)
         if finalist.schedule:  # judged level by level against the trials too (tuner.results.schedule)
             tokens = store.baseline_tokens(store.best_baseline(ps.study))
