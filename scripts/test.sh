@@ -4,8 +4,9 @@
 #   bash scripts/test.sh ARGS...    one pytest with these arguments (a file, -k, -m "not engine", ...)
 # A CPU vLLM engine computes on one core, so on a machine with two or more cores pytest runs as two
 # processes, each pinned to half of the cores, and each engine keeps a core to itself: [a] the tests that
-# share the session's real study (tests/conftest.py: real_study) and the worker tests, about half of the
-# time (2026-12-02 CI durations); [b] every other test.
+# share the session's real study (tests/conftest.py: real_study), the worker tests and the fake-engine search
+# tests, about half of the time (2026-12-04, other work on the machine: [a] 1,414 s without the search tests,
+# [b] about 2,070 s with them, the search tests about 340 s); [b] every other test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The venv is installed without byte-code (pip --no-compile) and this machine's environment sets
@@ -31,7 +32,7 @@ fi
 # Built once here: two pytest processes would otherwise both build the demo models at the same time.
 .venv/bin/python -m tuner models prepare-demo
 A=(tests/test_engine_study.py tests/test_schedule_engine.py tests/test_interrupt.py tests/test_engine_failures.py
-   tests/test_workers.py)
+   tests/test_workers.py tests/test_search_fake.py)
 B=()
 for f in "${A[@]}"; do B+=(--ignore "$f"); done
 tmp=$(mktemp -d)
