@@ -5,8 +5,8 @@
 # A CPU vLLM engine computes on one core, so on a machine with two or more cores pytest runs as two
 # processes, each pinned to half of the cores, and each engine keeps a core to itself: [a] the tests that
 # share the session's real study (tests/conftest.py: real_study), the worker tests and the fake-engine search
-# tests, about half of the time (2026-12-04, other work on the machine: [a] 1,414 s without the search tests,
-# [b] about 2,070 s with them, the search tests about 340 s); [b] every other test.
+# tests, about half of the time (2026-12-04, other work on the machine: [a] 1,414 s and [b] 1,535 s side by
+# side, the search tests 125 s of [b]); [b] every other test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The venv is installed without byte-code (pip --no-compile) and this machine's environment sets

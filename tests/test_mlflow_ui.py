@@ -35,6 +35,9 @@ pytestmark = pytest.mark.services
 ARTIFACTS = ROOT / "test-artifacts"
 HOST = "127.0.0.1"
 QUIET_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+# MLflow 3's job runner starts three more Python processes (huey consumers) that import MLflow beside the
+# server on the test's core; the tuner and the UI use no MLflow jobs (as tests/services.py's server).
+SERVER_ENV = {**QUIET_ENV, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 @dataclass
@@ -90,7 +93,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     ]
     with log.open("w") as fh:
         proc = subprocess.Popen(
-            cmd, cwd=tmp, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **QUIET_ENV}, start_new_session=True
+            cmd, cwd=tmp, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **SERVER_ENV}, start_new_session=True
         )
     try:
         deadline = time.monotonic() + 120
