@@ -296,7 +296,9 @@ REJECTION = "vocabulary (token → id) differs (target 'Ġmeltdown' → 49140, d
 def draft_refused(tmp_path_factory: pytest.TempPathFactory) -> FakeStudy:
     """Pre-flight removes draft-4l; three distinct configurations complete (baseline, ngram k=3 and k=4)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("tuner.engine.preflight.check_draft_pair", lambda t, d, trc: REJECTION if d.endswith("-4L") else None)
+        mp.setattr(
+            "tuner.engine.preflight.check_draft_pair", lambda t, d, *rest: REJECTION if d.endswith("-4L") else None
+        )
         return make_study(
             tmp_path_factory.mktemp("refused"),
             name="refused",

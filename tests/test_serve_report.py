@@ -42,7 +42,7 @@ def _served_study(tmp: Path, name: str, first_trials: list[dict[str, Any]], work
         # The pre-flight (a vLLM subprocess and tokenizer loads, ~20 s) has its own tests (test_methods,
         # test_pair_check); here every candidate passes it.
         mp.setattr("tuner.engine.preflight.check_with_vllm", lambda config, names: {})
-        mp.setattr("tuner.engine.preflight.check_draft_pair", lambda target, draft, trust: None)
+        mp.setattr("tuner.engine.preflight.check_draft_pair", lambda target, draft, *rest: None)
         return make_study(
             tmp, name=name, trials=len(first_trials) + 1, eager=(True,), first_trials=first_trials, workload=workload
         )
