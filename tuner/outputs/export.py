@@ -13,7 +13,7 @@ from tuner.outputs.export_schedule import render_schedule_export, schedule_lines
 from tuner.results import outcome as outcomes
 from tuner.results import store
 from tuner.results.outcome import StudyOutcome
-from tuner.results.scoring import TrialMetrics, level_name
+from tuner.results.scoring import TrialMetrics, apply_reference, level_name
 
 __all__ = ["USE_LINE", "export_best", "render_export", "serve_config"]
 
@@ -31,8 +31,9 @@ def render_export(study: optuna.Study, outcome: StudyOutcome | None = None) -> s
     if exported.kind == "schedule":
         return render_schedule_export(study, out)
     chosen = study.trials[exported.trial]
-    metrics = store.scored_metrics(study, chosen)
-    assert metrics is not None  # the outcome serves completed trials only
+    measured = store.trial_metrics(chosen)
+    assert measured is not None  # the outcome serves completed trials only
+    metrics = apply_reference(measured, out.reference)
     engine = store.trial_record(chosen).engine or {}
     lines = [
         f"# specdec-tuner: best configuration of study '{study.study_name}' (trial {chosen.number})",
@@ -69,7 +70,6 @@ def _why_not(out: StudyOutcome) -> str:
     return "beat the baseline on this model, hardware and workload"
 
 
-
 def _baseline_lines(out: StudyOutcome, metrics: TrialMetrics, base: TrialMetrics) -> list[str]:
     name = level_name(metrics.mode)
     lines = [f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {out.baseline})"]
@@ -95,7 +95,6 @@ def _baseline_lines(out: StudyOutcome, metrics: TrialMetrics, base: TrialMetrics
         if metrics.objective == "goodput":
             lines.append("# objective: goodput (highest request rate keeping the SLO; ties broken by throughput)")
     return lines
-
 
 
 def _measured_on(trial: FrozenTrial) -> str:

@@ -205,7 +205,7 @@ def decide(study: optuna.Study, config: StudyConfig | None = None) -> StudyOutco
         study_name=study.study_name,
         mode=next((m.mode for t in completed if (m := store.trial_metrics(t)) is not None), "offline"),
         reference=ref,
-        baselines=_baselines(study, config),
+        baselines=_baselines(study, config, ref),
         best_per_level=_best_per_level(study, ref),
         verdict="no baseline",
         rule="",
@@ -236,7 +236,7 @@ def decide(study: optuna.Study, config: StudyConfig | None = None) -> StudyOutco
     conf = current_confirmation(study, config, run)
     out.confirmation = conf
     if run is not None:
-        out.schedule = _schedule_verdict(study, config, run, conf)
+        out.schedule = _schedule_verdict(study, config, run, conf, ref)
     confirm_enabled = config.confirm.enabled if config is not None else conf is not None
     if conf is not None and conf.complete and confirm_enabled:
         _by_confirmation(study, out, conf, base.number)
@@ -297,7 +297,9 @@ def _by_trials(study: optuna.Study, out: StudyOutcome, base: int, why: str) -> N
         out.reason = "no speculative trial with a known speedup completed"
     if out.unknown_speedup:
         modes = ", ".join(sorted({_mode(study, n) for n in out.unknown_speedup}))
-        out.reason += f"; trials {out.unknown_speedup} ({modes}) have no completed baseline of their mode: speedup unknown"
+        out.reason += (
+            f"; trials {out.unknown_speedup} ({modes}) have no completed baseline of their mode: speedup unknown"
+        )
     out.verdict, out.chosen = "no speculation", base
 
 
@@ -307,7 +309,7 @@ def _mode(study: optuna.Study, number: int) -> str:
 
 
 def _schedule_verdict(
-    study: optuna.Study, config: StudyConfig | None, run: ScheduleRun, conf: Confirmation | None
+    study: optuna.Study, config: StudyConfig | None, run: ScheduleRun, conf: Confirmation | None, ref: dict[int, float]
 ) -> ScheduleRun:
     """The stored schedule with what its confirmation engines measured and the verdict on it."""
     run = run.model_copy(deep=True)
@@ -330,7 +332,7 @@ def _schedule_verdict(
         return run
     if engine.metrics is None or config is None:
         return run
-    run.metrics = apply_reference(engine.metrics, store.reference(study))
+    run.metrics = apply_reference(engine.metrics, ref)
     decision = conf.decide() if conf.complete else None
     run.verdict = schedules.verdict_for(study, config, run.metrics, schedules.confirmed_by(conf, decision))
     return run
@@ -365,31 +367,22 @@ def _exported(study: optuna.Study, out: StudyOutcome) -> Exported | None:
     )
 
 
-def _baselines(study: optuna.Study, config: StudyConfig | None) -> list[ModeBaseline]:
-    modes: dict[bool, ModeBaseline] = {}
-    if config is not None:
-        for eager in config.search.enforce_eager:
-            modes[eager] = ModeBaseline(enforce_eager=eager)
-    ref_done = store.completed(study)
-    done = {t.number for t in ref_done}
+def _baselines(study: optuna.Study, config: StudyConfig | None, ref: dict[int, float]) -> list[ModeBaseline]:
+    modes = {eager: ModeBaseline(enforce_eager=eager) for eager in (config.search.enforce_eager if config else [])}
+    best_score: dict[bool, float] = {}
     for t in study.get_trials(deepcopy=False):
         spec = store.trial_spec(t)
         if spec is None or not spec.is_baseline:
             continue
         mode = modes.setdefault(spec.enforce_eager, ModeBaseline(enforce_eager=spec.enforce_eager))
-        if t.number in done:
+        metrics = store.trial_metrics(t) if t.state.name == "COMPLETE" else None
+        if metrics is None:
+            if t.state.name == "FAIL":
+                mode.failures.append(f"trial {t.number}: {store.failure_class(t) or 'failed'}")
             continue
-        if t.state.name == "FAIL":
-            mode.failures.append(f"trial {t.number}: {store.failure_class(t) or 'failed'}")
-    ref = store.reference(study)
-    for t in ref_done:
-        spec, metrics = store.trial_spec(t), store.trial_metrics(t)
-        if spec is None or not spec.is_baseline or metrics is None:
-            continue
-        mode = modes[spec.enforce_eager]
-        held = study.trials[mode.trial] if mode.trial is not None else None
-        held_metrics = store.trial_metrics(held) if held is not None else None
-        if held_metrics is None or apply_reference(metrics, ref).score > apply_reference(held_metrics, ref).score:
+        score = apply_reference(metrics, ref).score
+        if score > best_score.get(spec.enforce_eager, float("-inf")):
+            best_score[spec.enforce_eager] = score
             mode.trial = t.number
             mode.tokens_per_s = {lv.batch_size: lv.tokens_per_s for lv in metrics.levels}
     return [modes[k] for k in sorted(modes)]

@@ -42,10 +42,7 @@ def confirm_study(runner: StudyRunner, schedule: ScheduleRun | None = None) -> C
         conf = None
     if conf is None:
         conf = wanted
-        specs = [f for f in conf.finalists if not f.is_baseline and not f.schedule]
-        has_schedule = any(f.schedule for f in conf.finalists)
-        if specs and not has_schedule:
-            conf.skipped = _behind(runner, conf)
+        conf.skipped = _behind(runner, conf)
         study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))
     with sigterm_interrupts():
         for round_, finalist in conf.plan():
@@ -98,7 +95,9 @@ def _measure(
     request = TrialRequest.for_study(runner.config, ps.prompts, kwargs).model_copy(update={"repeats": conf.repeats})
     _say(runner, f"round {round_ + 1}/{conf.rounds}: {finalist.label} (trial {finalist.trial}) in a fresh engine")
     name = "schedule" if finalist.schedule else f"trial-{finalist.trial:03d}"
-    outcome = run_engine(request, runner.workdir / f"confirm-r{round_ + 1}-{name}", runner.config.budget.trial_timeout_s)
+    outcome = run_engine(
+        request, runner.workdir / f"confirm-r{round_ + 1}-{name}", runner.config.budget.trial_timeout_s
+    )
     run = EngineRun(
         round=round_,
         trial=finalist.trial,
@@ -126,7 +125,9 @@ def _measure(
         run.resolved_args = dict(result.resolved_args)
         if finalist.schedule:  # judged level by level against the trials too (tuner.results.schedule)
             tokens = store.baseline_tokens(store.best_baseline(ps.study))
-            run.metrics = score_result(result, runner.config, baseline_tokens=tokens, reference=store.reference(ps.study))
+            run.metrics = score_result(
+                result, runner.config, baseline_tokens=tokens, reference=store.reference(ps.study)
+            )
         _say(runner, "  " + ", ".join(_level_text(bs, v) for bs, v in run.levels.items()))
     if runner.tracker is not None:
         tracker = runner.tracker
