@@ -239,3 +239,23 @@ def test_a_rate_search_cut_by_its_time_limit_is_exported_as_a_lower_bound(tmp_pa
     text = (tmp_path / "best.yaml").read_text()
     line = next(line for line in text.splitlines() if line.startswith("# SLO "))
     assert "or more (a lower bound: the search stopped at its time limit)" in line, line
+
+
+@pytest.mark.parametrize(
+    ("factors", "verdict", "speedup"), [([1.0], "speculation", 1.3), ([1, 1, 1, 0.5, 1], "no speculation", 1.0)]
+)
+def test_the_parent_run_states_the_served_answer_not_the_best_trial(
+    tmp_path: Path, fake_engine: str, factors: list[float], verdict: str, speedup: float
+) -> None:
+    data = _confirmed(tmp_path)
+    # Engines 0-2 are the trials (k=3 at 1.3x the baseline leads); 3 and 4 the confirmation of k=3, then the baseline.
+    data["target"]["engine_args"]["fake_engine_factors"] = factors
+    assert _run(tmp_path, data) == 0
+    study = _load(data)
+    out = outcome.read(study)
+    assert out.verdict == verdict and out.confirmed
+    parent = MlflowClient(data["tracking"]["uri"]).get_run(study.user_attrs[store.PARENT_RUN])
+    metrics = parent.data.metrics
+    assert metrics["answer_speedup"] == pytest.approx(speedup, rel=0.05) and metrics["answer_confirmed"] == 1.0
+    assert metrics["trials_best_speedup"] == pytest.approx(1.3, rel=0.05)  # the trials alone said speculation
+    assert "best_speedup" not in metrics

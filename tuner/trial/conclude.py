@@ -35,6 +35,9 @@ def _log(runner: StudyRunner, out: StudyOutcome) -> None:
     tags: dict[str, Any] = {"outcome.verdict": out.verdict, "outcome.rule": out.rule, "outcome.reason": out.reason}
     exported = out.exported
     tags["best_trial"] = "none" if exported is None else ("schedule" if exported.kind == "schedule" else exported.trial)
+    answer = _answer_metrics(out)
+    if answer:
+        tracker.log_metrics(runner.parent_run, answer)
     conf, decision = out.confirmation, out.decision
     if conf is not None and decision is not None:
         winner = "schedule" if out.verdict == "schedule" else (str(decision.winner) if decision.winner is not None else "none")
@@ -63,3 +66,15 @@ def _log(runner: StudyRunner, out: StudyOutcome) -> None:
         verdict = "none" if run.schedule is None else ("exported" if run.exported else "not exported")
         tags.update({"schedule.verdict": verdict, "schedule.outcome": run.outcome()})
     tracker.set_tags(runner.parent_run, tags)
+
+
+def _answer_metrics(out: StudyOutcome) -> dict[str, float]:
+    """What is served, as parent-run metrics a search can filter on: its stated speedup over no speculation
+    (1.0 when the baseline is served) and whether fresh engines confirmed it."""
+    if out.exported is None:
+        return {}
+    speedup = out.speedup if out.paid else 1.0
+    metrics = {"answer_confirmed": 1.0 if out.confirmed else 0.0}
+    if speedup is not None:
+        metrics["answer_speedup"] = speedup
+    return metrics

@@ -314,14 +314,16 @@ class StudyRunner:
     def _summarise_parent(self, ps: PreparedStudy, status: str) -> None:
         best = store.best_trial(ps.study)
         base = store.best_baseline(ps.study)
+        # The trials' best by score, before any confirmation: the study's answer is logged by conclude
+        # (answer_speedup), so these keys must not read as what is served.
         summary: dict[str, float] = {"trials_counted": store.budget_used(ps.study)}
         if best is not None and (m := store.scored_metrics(ps.study, best)) is not None:
-            summary["best_tokens_per_s"] = m.tokens_per_s
-            summary["best_score"] = m.score
+            summary["trials_best_tokens_per_s"] = m.tokens_per_s
+            summary["trials_best_score"] = m.score
             if base is not None and (bm := store.trial_metrics(base)) is not None:
                 summary["baseline_tokens_per_s"] = bm.tokens_per_s
             if m.speedup is not None:
-                summary["best_speedup"] = m.speedup
+                summary["trials_best_speedup"] = m.speedup
         trials = ps.study.get_trials(deepcopy=False)
         summary["pruning_saved_s"] = sum(store.record_value(t, "pruning_saved_s") or 0.0 for t in trials)
         ps.tracker.log_metrics(ps.parent_run, summary)
