@@ -45,7 +45,7 @@ summary = {
     "started": started,
     "ended": ended,
     "commit": commit,
-    "command": "CI=true /usr/bin/time -v bash .ci/run  (in a fresh clone, by benchmarks/ci_time.sh)",
+    "command": f"bash benchmarks/ci_time.sh {commit[:7]}: a fresh clone, then CI=true /usr/bin/time -v bash .ci/run",
     "machine": {"cpu": cpu, "cores": os.cpu_count(), "host": platform.node()},
     "exit_code": int(rc),
     "wall_s": seconds,

@@ -439,14 +439,16 @@ def t_demo_pays(doc: Path) -> str:
 def t_versions(doc: Path) -> str:
     """The wide target on vLLM 0.26 against 0.32, per level, each drafter's best, grid and study."""
     sources = []
-    for key, what in (("wide-026", "0.26.0"), ("wide-032", "0.32.0")):
+    for key in ("wide-026", "wide-032"):
         st = next(s for s in STUDIES if s.key == key)
         summary = _json(RESULTS / st.folder / st.summary)
         if summary:
-            sources.append((f"{what} study", study_rows(summary), RESULTS / st.folder / st.summary))
+            sources.append((f"{_vllm(summary['trials'])} study", study_rows(summary), RESULTS / st.folder / st.summary))
         grows = grid_rows(st)
         if grows:
-            sources.append((f"{what} grid", grows, RESULTS / st.folder / (st.grid or "")))
+            grid = _json(RESULTS / st.folder / (st.grid or ""))
+            found = sorted({str(r["result"].get("vllm_version")) for r in grid["runs"] if r.get("ok")})
+            sources.append((f"{', '.join(found)} grid", grows, RESULTS / st.folder / (st.grid or "")))
     rows = []
     levels: list[int] = []
     for name, data, _ in sources:
@@ -787,6 +789,19 @@ def _console(path: Path) -> dict[str, Any]:
     return {"wall_s": seconds, "rss_kb": int(rss[-1]) if rss else None}
 
 
+def demo_phases(summary: dict[str, Any]) -> dict[str, float]:
+    """Timings a demo summary holds beyond the study's and the confirmation's: top-level ``*_s`` numbers and
+    any top-level mapping of names to numbers (``phases``, ``timings``, ...), whatever the demo script records."""
+    known = {"study_wall_s", "confirmation_engine_wall_s"}
+    out: dict[str, float] = {}
+    for key, value in summary.items():
+        if key.endswith("_s") and key not in known and isinstance(value, int | float):
+            out[key] = float(value)
+        elif isinstance(value, dict) and value and all(isinstance(v, int | float) for v in value.values()):
+            out.update({k: float(v) for k, v in value.items()})
+    return out
+
+
 def demo_winner(summary: dict[str, Any]) -> dict[str, Any] | None:
     """The speculative finalist a demo run's confirmation exported, or None when it served no speculation."""
     dec = summary.get("decision") or {}
@@ -814,12 +829,7 @@ def t_time_demo(doc: Path) -> str:
     rows = []
     for run in _demo_runs():
         s, c = run["summary"], run["console"]
-        known = {"study_wall_s", "confirmation_engine_wall_s"}
-        phases = s.get("phases") or s.get("timings") or {}
-        extra = {k: v for k, v in s.items() if k.endswith("_s") and k not in known and isinstance(v, int | float)}
-        extra.update(
-            {k: v for k, v in phases.items() if isinstance(v, int | float)} if isinstance(phases, dict) else {}
-        )
+        extra = demo_phases(s)
         winner = demo_winner(s)
         win = winner["label"] if winner else "no speculation"
         rows.append(
