@@ -337,7 +337,8 @@ def pays_table(rows: list[dict[str, Any]], level_name: str) -> str:
                 continue
             tps = r["levels"][b]
             ratio = f", {tps / base[b]:.2f}x" if base[b] and d != "no speculation" else ""
-            cells.append(f"{_n(tps)}{ratio} ({r['id']}: {_settings(r['label'])})")
+            accepted = f", {r['accepted']:.0%} accepted" if r.get("accepted") is not None else ""
+            cells.append(f"{_n(tps)}{ratio} ({r['id']}: {_settings(r['label'])}{accepted})")
         out.append(cells)
     return table([level_name] + [f"{d}: tok/s" if d == "no speculation" else d for d in drafters], out)
 
@@ -346,6 +347,12 @@ def _cmd(command: str) -> str:
     """A recorded command as a user types it: module form, no host-specific checkout path."""
     command = command.replace("/work/main/", "")
     return re.sub(r"python3? benchmarks/(\w+)\.py", r"python -m benchmarks.\1", command)
+
+
+def _name(st: Study) -> str:
+    """A study as its rows name it: its file and the vLLM its trials ran."""
+    summary = _json(RESULTS / st.folder / st.summary) or {}
+    return f"`{st.study_file}`, vLLM {_vllm(summary.get('trials') or [])}"
 
 
 def _source(parts: list[str]) -> str:
@@ -498,7 +505,7 @@ def t_tuner_vs_grid(doc: Path) -> str:
             same = "yes" if t["label"] == g["label"] else "**no**"
             rows.append(
                 [
-                    st.key,
+                    _name(st),
                     f"batch {b}",
                     f"{t['label']} ({t['id']}, {_n(t['levels'][b])} tok/s)",
                     f"{g['label']} ({g['id']}, {_n(g['levels'][b])} tok/s)",
@@ -510,7 +517,7 @@ def t_tuner_vs_grid(doc: Path) -> str:
         ttb = summary.get("time_to_best_s")
         cost.append(
             [
-                st.key,
+                _name(st),
                 f"{info['measured']} of {info['total']} configurations: {gpu:,.0f} s",
                 f"{ttb:,.0f} s ({ttb / gpu:.0%})" if ttb else "–",
                 f"{split['trials_wall_s']:,.0f} s ({split['trials_wall_s'] / gpu:.0%})"
@@ -608,7 +615,7 @@ def t_noise_confirmation(doc: Path) -> str:
     for st in STUDIES:
         out = outcome(st)
         if out and out.get("decision"):
-            rows += _confirmation_rows(st.key, out["decision"], _link(RESULTS / st.folder / (st.db or ""), doc))
+            rows += _confirmation_rows(_name(st), out["decision"], _link(RESULTS / st.folder / (st.db or ""), doc))
     if not rows:
         return "No confirmation recorded yet."
     head = [
@@ -736,7 +743,7 @@ def t_time_gpu(doc: Path) -> str:
         steps = _steps(path.parent)
         rows.append(
             [
-                f"{st.key} (vLLM {_vllm(summary['trials'])})",
+                _name(st),
                 f"{wall:,.0f} s" + ("" if split.get("study_wall_s") else " (trials only)"),
                 *cells,
                 steps,

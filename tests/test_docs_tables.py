@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,7 +95,7 @@ def test_missing_results_render_without_failing(tmp_path: Path, monkeypatch: pyt
 
 
 def test_each_drafter_is_compared_with_the_fastest_baseline_of_its_level() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"id": "trial 0", "label": "no speculation eager", "drafter": "no speculation", "levels": {1: 50.0, 8: 400.0}},
         {
             "id": "trial 1",
@@ -107,6 +108,7 @@ def test_each_drafter_is_compared_with_the_fastest_baseline_of_its_level() -> No
             "label": "ngram k=2 lookup 2-4 compiled",
             "drafter": "n-gram",
             "levels": {1: 150.0, 8: 200.0},
+            "accepted": 0.4,
         },
         {
             "id": "trial 3",
@@ -116,5 +118,23 @@ def test_each_drafter_is_compared_with_the_fastest_baseline_of_its_level() -> No
         },
     ]
     table = dt.pays_table(rows, "batch")
-    assert "| batch 1 | 100 (trial 1: compiled) | 150, 1.50x (trial 2: k=2 lookup 2–4 compiled) |" in table
+    assert (
+        "| batch 1 | 100 (trial 1: compiled) | 150, 1.50x (trial 2: k=2 lookup 2–4 compiled, 40% accepted) |" in table
+    )
     assert "| batch 8 | 400 (trial 0: eager) | 360, 0.90x (trial 3: k=4 lookup 2–4 compiled) |" in table
+
+
+def test_a_grid_added_to_a_study_folder_enters_the_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = _results(tmp_path, monkeypatch)
+    folder = results / "wide-h200-v032-20261204"
+    folder.mkdir()
+    real = dt.ROOT / "benchmarks" / "results"
+    shutil.copy(real / "wide-h200-v032-20261204" / "study_summary.json", folder)
+    assert "vLLM 0.32.0" not in dt.t_tuner_vs_grid(DOC)
+    shutil.copy(real / "wide-h200-20261201" / "grid.json", folder)  # stands in for the 0.32 grid to come
+    table = dt.t_tuner_vs_grid(DOC)
+    assert (
+        "| `studies/wide-h200.yaml`, vLLM 0.32.0 | batch 16 | no speculation compiled (trial 1, 2,610 tok/s)" in table
+    )
+    assert "42 of 42 configurations: 4,861 s" in table
+    assert "0.26.0 grid" in dt.t_versions(DOC)
