@@ -436,7 +436,7 @@ def t_demo_pays(doc: Path) -> str:
         + _source(
             [
                 "each run's `summary.json` (`python -m benchmarks.demo_summary`)",
-                "the 2-core development VM (AMD EPYC), vLLM CPU 0.32.0",
+                _demo_machine(_demo_runs()),
                 "command: `/usr/bin/time -v bash scripts/demo.sh` in a fresh clone",
             ]
         )
@@ -662,7 +662,7 @@ def t_time_overhead(doc: Path) -> str:
     return (
         table(["file", "date", "study wall", "parts (share of the wall)", "command"], rows)
         + "\n\n"
-        + _source(["the 2-core development VM (AMD EPYC), vLLM CPU 0.32.0 (each file's `machine`)"])
+        + _source([_files_machine(RESULTS.glob("overhead-*.json"))])
     )
 
 
@@ -719,7 +719,17 @@ def t_time_studies(doc: Path) -> str:
             )
             + f"\n\nEngine start of the 135M model with a draft, eager, one run each ({start['date']}, {start['cpus']} cores): `python -m benchmarks.engine_start`."
         )
-    return out + "\n\n" + _source(["the 2-core development VM (AMD EPYC), vLLM CPU 0.32.0 (each file's `machine`)"])
+    files = [*RESULTS.glob("pruning-*.json"), *RESULTS.glob("workers-*.json")]
+    return out + "\n\n" + _source([_files_machine(files)])
+
+
+def _files_machine(paths: Any) -> str:
+    """The machines benchmark files recorded in their ``machine`` field."""
+    seen = set()
+    for path in paths:
+        m = (_json(path) or {}).get("machine") or {}
+        seen.add(f"{m.get('cores')} cores {m.get('cpu')}, vLLM {m.get('vllm')}, torch {m.get('torch')}")
+    return "; ".join(sorted(seen)) or "machine not recorded"
 
 
 def t_time_gpu(doc: Path) -> str:
@@ -793,7 +803,15 @@ def _console(path: Path) -> dict[str, Any]:
     seconds = None
     if wall:
         seconds = sum(float(p) * 60**i for i, p in enumerate(reversed(wall[-1].split(":"))))
-    return {"wall_s": seconds, "rss_kb": int(rss[-1]) if rss else None}
+    env = re.findall(r"environment ready: vllm (\S+) torch (\S+)", text)
+    return {"wall_s": seconds, "rss_kb": int(rss[-1]) if rss else None, "vllm": env[-1][0] if env else None}
+
+
+def _demo_machine(runs: list[dict[str, Any]]) -> str:
+    """The machines and vLLM versions the demo runs recorded (summary's hardware class, console's versions)."""
+    hw = sorted({str(r["summary"].get("hardware_class") or "machine not recorded") for r in runs})
+    versions = sorted({str(r["console"].get("vllm") or "not recorded") for r in runs})
+    return f"{'; '.join(hw)}, vLLM CPU {', '.join(versions)} (each run's `console.txt`)"
 
 
 def demo_phases(summary: dict[str, Any]) -> dict[str, float]:
@@ -871,7 +889,7 @@ def t_time_demo(doc: Path) -> str:
         + _source(
             [
                 "`summary.json` (`python -m benchmarks.demo_summary`) and `console.txt` (`time -v`) of each run",
-                "the 2-core development VM, vLLM CPU 0.32.0",
+                _demo_machine(_demo_runs()),
                 "command: `/usr/bin/time -v bash scripts/demo.sh` in a fresh clone (install included unless the run's notes say otherwise)",
             ]
         )
@@ -954,7 +972,7 @@ def t_readme(doc: Path) -> str:
             [
                 "`studies/smollm2-cpu.yaml` (the demo: SmolLM2-135M float32, batch 1 and 8 weighted 3:1)",
                 f"{last['summary'].get('hardware_class', 'CPU')}, {_dates([r['date'] for r in runs])}",
-                "CPU 0.32.0",
+                "CPU " + ", ".join(sorted({str(r["console"].get("vllm")) for r in runs})),
                 answer,
                 per,
                 ", ".join(_link(r["path"], doc) for r in runs),
