@@ -206,6 +206,23 @@ def _budget(study_file: str) -> int | None:
     return ((data or {}).get("budget") or {}).get("trials")
 
 
+def slo_rates(summary: dict[str, Any]) -> list[list[str]]:
+    """A goodput study's trials with the highest request rate that kept its SLO: [trial, label, slo, rate]."""
+    out = []
+    for t in summary.get("trials", []):
+        slo = (t.get("metrics") or {}).get("slo")
+        if t.get("state") != "COMPLETE" or t.get("duplicate_of") is not None or not slo:
+            continue
+        what = (
+            f"p{slo['percentile']} TTFT ≤ {slo['ttft_ms']:.0f} ms, p{slo['percentile']} TPOT ≤ {slo['tpot_ms']:.0f} ms"
+        )
+        probes = ", ".join(f"{p['rate_rps']:g} {'✓' if p['held'] else '✗'}" for p in slo.get("probes", []))
+        out.append(
+            [f"trial {t['number']}", t["label"], what, f"{slo.get('max_rate_rps') or 0:g} requests/s (probed {probes})"]
+        )
+    return out
+
+
 def _acceptance(spec: dict[str, Any]) -> float | None:
     drafted = spec.get("draft_tokens") or 0
     return spec["accepted_tokens"] / drafted if drafted else None
@@ -389,6 +406,12 @@ def t_pays(doc: Path) -> str:
             f"**{st.title} (`{st.study_file}`), vLLM {_vllm(trials)}: the study's trials** (one engine each). {src}\n"
         )
         parts.append(pays_table(study_rows(summary), _level_name(summary)))
+        rates = slo_rates(summary)
+        if rates:
+            parts.append(f"\nUnder the study's latency SLO ({rates[0][2]}), the highest request rate each kept:\n")
+            parts.append(
+                table(["trial", "configuration", "highest rate keeping the SLO"], [[*r[:2], r[3]] for r in rates])
+            )
         grows = grid_rows(st)
         info = grid_info(st)
         if grows and info:
@@ -1010,8 +1033,10 @@ def t_readme(doc: Path) -> str:
         budget = _budget(st.study_file)
         if not (out or {}).get("decision") and budget and measured < budget:
             answer += f"; **unfinished**: {measured} of {budget} budgeted configurations measured, no confirmation"
-        if any((t.get("metrics") or {}).get("objective") == "goodput" for t in summary["trials"]):
-            answer += " (objective goodput: a value is the highest request rate that kept the SLO, over the baseline's)"
+        rates = slo_rates(summary)
+        if rates:
+            kept = ", ".join(f"{r[1]} {r[3].split(' (')[0]}" for r in rates)
+            answer += f" (objective goodput under {rates[0][2]}: a confirmation value is the rate that kept it over the baseline's; trials kept it up to: {kept})"
         per = (
             f"{top['label']}: "
             + ", ".join(f"{top['levels'][b] / ref[b]:.2f}x" for b in sorted(ref) if b in top["levels"])
