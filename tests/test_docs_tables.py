@@ -1,0 +1,140 @@
+"""The docs' generated tables match their results files, and the generator follows the results folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import docs_tables as dt
+
+DOC = dt.ROOT / "docs" / "benchmarks.md"
+
+
+def test_every_generated_table_matches_its_results_files() -> None:
+    stale = dt.stale()
+    assert stale == [], f"regenerate with `python -m benchmarks.docs_tables --write`: {stale}"
+
+
+def test_docs_hold_the_tables_the_issue_asks_for() -> None:
+    names = {m.group("name") for doc in dt.DOCS for m in dt.BLOCK.finditer(doc.read_text())}
+    assert {"pays", "versions", "tuner-vs-grid", "noise-engines", "noise-confirmation", "time-gpu", "ci"} <= names
+    assert "readme-results" in {m.group("name") for m in dt.BLOCK.finditer((dt.ROOT / "README.md").read_text())}
+
+
+def test_a_hand_edited_number_is_reported_by_its_table() -> None:
+    text = DOC.read_text()
+    block = next(m for m in dt.BLOCK.finditer(text) if m.group("name") == "noise-engines")
+    edited = block.group(0).replace("1.3%", "1.2%", 1)
+    assert edited != block.group(0)
+    assert dt.stale_tables(text.replace(block.group(0), edited), DOC) == ["noise-engines"]
+
+
+def test_check_exits_1_and_names_the_stale_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.parent.mkdir()
+    doc.write_text("# x\n<!-- generated: noise-engines -->\nold\n<!-- /generated -->\n")
+    monkeypatch.setattr(dt, "DOCS", (doc,))
+    monkeypatch.setattr(dt, "ROOT", tmp_path)
+    assert dt.main(["--check"]) == 1
+    assert "noise-engines" in capsys.readouterr().err
+    assert dt.main(["--write"]) == 0
+    assert "old" not in doc.read_text() and "1.3%" in doc.read_text()
+    assert dt.main(["--check"]) == 0
+
+
+def _results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(dt, "RESULTS", results)
+    return results
+
+
+def test_new_demo_and_ci_runs_are_picked_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = _results(tmp_path, monkeypatch)
+    run = results / "demo-20261204-a"
+    shutil.copytree(dt.ROOT / "benchmarks" / "results" / "demo-20261201-c", run)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["phases"] = {"install_s": 200.0}
+    (run / "summary.json").write_text(json.dumps(summary))
+    ci = results / "ci-20261204-abcdef0"
+    ci.mkdir()
+    (ci / "summary.json").write_text(
+        json.dumps(
+            {
+                "started": "2026-12-04T17:00:00Z",
+                "commit": "abcdef0123",
+                "command": "CI=true bash .ci/run",
+                "machine": {"cores": 2, "cpu": "AMD EPYC"},
+                "exit_code": 0,
+                "wall_s": 937.0,
+                "passed": 333,
+                "failed": 0,
+                "errors": 0,
+                "peak_rss_kb": 3900000,
+            }
+        )
+    )
+    demo = dt.t_time_demo(DOC)
+    assert "demo-20261204-a" in demo and "2026-12-04" in demo and "install 3 min 20 s" in demo
+    assert "**15 min 45 s**" in demo  # the copied console.txt's `time -v` wall
+    ci_table = dt.t_ci(DOC)
+    assert "abcdef0" in ci_table and "333 passed" in ci_table and "**15 min 37 s**" in ci_table
+
+
+def test_missing_results_render_without_failing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _results(tmp_path, monkeypatch)
+    for name, make in dt.TABLES.items():
+        assert isinstance(make(DOC), str), name
+    assert "no results file yet" in dt.t_pays(DOC)
+
+
+def test_each_drafter_is_compared_with_the_fastest_baseline_of_its_level() -> None:
+    rows: list[dict[str, Any]] = [
+        {"id": "trial 0", "label": "no speculation eager", "drafter": "no speculation", "levels": {1: 50.0, 8: 400.0}},
+        {
+            "id": "trial 1",
+            "label": "no speculation compiled",
+            "drafter": "no speculation",
+            "levels": {1: 100.0, 8: 300.0},
+        },
+        {
+            "id": "trial 2",
+            "label": "ngram k=2 lookup 2-4 compiled",
+            "drafter": "n-gram",
+            "levels": {1: 150.0, 8: 200.0},
+            "accepted": 0.4,
+        },
+        {
+            "id": "trial 3",
+            "label": "ngram k=4 lookup 2-4 compiled",
+            "drafter": "n-gram",
+            "levels": {1: 120.0, 8: 360.0},
+        },
+    ]
+    table = dt.pays_table(rows, "batch")
+    assert (
+        "| batch 1 | 100 (trial 1: compiled) | 150, 1.50x (trial 2: k=2 lookup 2–4 compiled, 40% accepted) |" in table
+    )
+    assert "| batch 8 | 400 (trial 0: eager) | 360, 0.90x (trial 3: k=4 lookup 2–4 compiled) |" in table
+
+
+def test_a_grid_added_to_a_study_folder_enters_the_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = _results(tmp_path, monkeypatch)
+    folder = results / "wide-h200-v032-20261204"
+    folder.mkdir()
+    real = dt.ROOT / "benchmarks" / "results"
+    shutil.copy(real / "wide-h200-v032-20261204" / "study_summary.json", folder)
+    assert "vLLM 0.32.0" not in dt.t_tuner_vs_grid(DOC)
+    shutil.copy(real / "wide-h200-20261201" / "grid.json", folder)  # stands in for the 0.32 grid to come
+    table = dt.t_tuner_vs_grid(DOC)
+    assert (
+        "| `studies/wide-h200.yaml`, vLLM 0.32.0 | batch 16 | no speculation compiled (trial 1, 2,610 tok/s)" in table
+    )
+    assert "42 of 42 configurations: 4,861 s" in table
+    assert "0.26.0 grid" in dt.t_versions(DOC)
