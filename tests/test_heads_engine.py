@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import CliResult, one_wave, run_cli, study_dict, write_study
+from tests.test_heads_outputs import served_config
 from tests.tiny_heads import write_head
 from tuner.results import store
 
@@ -56,14 +57,23 @@ def test_a_head_trial_runs_in_a_real_cpu_engine(head_study: tuple[Path, dict[str
     # vLLM's own counters: the head drafted (two tokens a step), whatever it got accepted
     assert metrics.spec.drafts > 0 and metrics.spec.draft_tokens == 2 * metrics.spec.drafts
     # Which one is served is the CPU's noise (no confirmation here; the random head accepts nothing): either
-    # the plain target, or the head exactly as measured.
-    exported = yaml.safe_load((tmp / "best.yaml").read_text())
+    # the plain target, or the head exactly as measured; vLLM's own `vllm serve --config` reads it so.
+    text = (tmp / "best.yaml").read_text()
+    exported = yaml.safe_load(text)
+    served = served_config(text, tmp)[1].speculative_config
     if "speculative-config" in exported:
         assert exported["speculative-config"] == {
             "method": "eagle3",
             "num_speculative_tokens": 2,
             "model": spec.draft_model,
         }
+        assert "# configuration: eagle3 smol-head k=2 eager\n" in text
+        assert served is not None and (served.method, served.model) == ("eagle3", spec.draft_model)
+    else:
+        assert served is None
     report = run_cli(["report", "--study", str(tmp / "head-study.yaml"), "--format", "md"], cwd=tmp)
     assert report.returncode == 0, report.stderr
     assert "eagle3 smol-head k=2" in report.stdout
+    html = run_cli(["report", "--study", str(tmp / "head-study.yaml"), "--output", str(tmp / "report.html")], cwd=tmp)
+    assert html.returncode == 0, html.stderr
+    assert "eagle3 smol-head k=2 eager" in (tmp / "report.html").read_text()

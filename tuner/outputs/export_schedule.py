@@ -4,7 +4,7 @@ else the lines that say why the static configuration is served."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tuner.engine.serve_file import pin_resolved, serve_yaml
 from tuner.outputs.export_lines import USE_LINE, decision_lines, measurement_lines, pinned_lines
@@ -12,6 +12,7 @@ from tuner.results.outcome import StudyOutcome
 from tuner.results.schedule import RULE, VALIDATION_RULE, LevelCheck, LevelChoice, StaticBest
 from tuner.results.schedule_run import ScheduleRun
 from tuner.results.scoring import level_name
+from tuner.study import methods
 
 if TYPE_CHECKING:
     import optuna
@@ -105,9 +106,25 @@ def caveat_lines(run: ScheduleRun) -> list[str]:
     lines = []
     if kwargs.get("enforce_eager") is False:
         lines.append("# note: with a schedule vLLM (V1) captures the target's CUDA graphs PIECEWISE, not FULL")
-    if spec.get("model") and run.schedule is not None and any(r.k == 0 for r in run.schedule.ranges):
-        lines.append("# note: at k=0 a draft model still runs its first pass each step (vLLM keeps its KV cache)")
+    if run.schedule is not None and any(r.k == 0 for r in run.schedule.ranges):
+        lines += _k0_lines(spec)
     return lines
+
+
+def _k0_lines(spec: dict[str, Any]) -> list[str]:
+    """What still runs at k=0. vLLM 0.32 runs the drafter's first (prefill) pass before it looks at k, in both
+    runners (vllm/v1/spec_decode/llm_base_proposer.py propose: "No draft tokens requested ... The prefill
+    forward pass above already ran"; vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py
+    propose). A head's pass reads the target's hidden states, so the target keeps handing them over too."""
+    method = spec.get("method")
+    if method in methods.METHODS and methods.rules(method).head:
+        return [
+            f"# note: at k=0 the {method} head still runs its first pass each step on the target's hidden states "
+            "(vLLM keeps the head's KV cache in sync); it drafts nothing"
+        ]
+    if spec.get("model"):
+        return ["# note: at k=0 a draft model still runs its first pass each step (vLLM keeps its KV cache)"]
+    return []
 
 
 def schedule_lines(out: StudyOutcome) -> list[str]:

@@ -46,9 +46,10 @@ def speedup_vs_level(rows: Sequence[TrialRow], run: ScheduleRun | None = None, m
     noun = "concurrency level" if mode == "serve" else "batch size"
     curves = drafter_curves(rows)
     schedule = run.schedule if run is not None else None
+    mine = _schedule_panel(rows, schedule.trial, schedule.drafter) if schedule is not None else None
     order = list(curves)
-    if schedule is not None and schedule.drafter in curves:
-        order = [schedule.drafter] + [d for d in order if d != schedule.drafter]
+    if mine in curves:
+        order = [mine] + [d for d in order if d != mine]
     order = order[:MAX_PANELS]
     panels = max(1, len(order))
     fig = new_figure(width=min(4.6 * panels + 2.0, 15.0), height=3.9)
@@ -62,7 +63,7 @@ def speedup_vs_level(rows: Sequence[TrialRow], run: ScheduleRun | None = None, m
         for i, (k, pts) in enumerate(sorted(curves[drafter].items())):
             xs = sorted(pts)
             ax.plot(xs, [pts[x] for x in xs], marker="o", color=PALETTE[i % len(PALETTE)], alpha=0.8, label=f"k={k}")
-        if schedule is not None and drafter == schedule.drafter and run is not None:
+        if drafter == mine and run is not None:
             _draw_schedule(ax, run)
         ax.set_title(drafter, fontsize="medium")
         ax.set_xlabel(noun)
@@ -74,6 +75,15 @@ def speedup_vs_level(rows: Sequence[TrialRow], run: ScheduleRun | None = None, m
     axes[0].set_ylim(bottom=0)
     fig.suptitle(f"Speedup against {noun} per drafter (a line per k: its best trial)", fontsize="medium")
     return fig
+
+
+def _schedule_panel(rows: Sequence[TrialRow], trial: int, stored: str) -> str:
+    """The panel of the schedule's drafter trial, labelled as the panels are now (a schedule stored before
+    heads were named ``eagle3 <head>`` carries the older label)."""
+    from tuner.results.schedule_run import drafter_label
+
+    spec = next((r.spec for r in rows if r.number == trial and r.spec is not None), None)
+    return drafter_label(spec) if spec is not None else stored
 
 
 def _draw_schedule(ax: Axes, run: ScheduleRun) -> None:

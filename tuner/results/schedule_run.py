@@ -63,9 +63,10 @@ class ScheduleRun(BaseModel):
 
 
 def drafter_label(spec: TrialSpec) -> str:
-    """A drafter's settings but k: what one schedule varies k over."""
-    parts = [spec.candidate]
-    if methods.rules(spec.method).lookup:
+    """A drafter's settings but k: what one schedule varies k over (named as its trials' labels name it)."""
+    rule = methods.rules(spec.method)
+    parts = [spec.method, spec.candidate] if rule.head else [spec.candidate]
+    if rule.lookup:
         parts.append(f"lookup {spec.prompt_lookup_min}-{spec.prompt_lookup_max}")
     parts.append("eager" if spec.enforce_eager else "compiled")
     return " ".join(parts)
