@@ -69,9 +69,12 @@ def study_summary(study_file: Path, storage: str, workdir: Path, timings: Path |
         metrics = store.trial_metrics(t)
         run_dir = trials_dir / f"trial-{t.number:03d}"
         duplicate = store.record_value(t, "duplicate_of")
+        # A trial failed with no failure record is one whose process died with the machine: Optuna failed it
+        # as stale when the study resumed on the next machine, so its "wall time" spans the gap between leases.
+        interrupted = t.state.name == "FAIL" and store.record_value(t, "failure_class") is None
         wall = (
             (t.datetime_complete - t.datetime_start).total_seconds()
-            if t.datetime_complete and t.datetime_start
+            if t.datetime_complete and t.datetime_start and not interrupted
             else None
         )
         row: dict[str, Any] = {
@@ -83,6 +86,7 @@ def study_summary(study_file: Path, storage: str, workdir: Path, timings: Path |
             "completed": t.datetime_complete.isoformat() if t.datetime_complete else None,
             "wall_s": wall,
             "duplicate_of": duplicate,
+            "interrupted": interrupted,
             "pruned_reason": store.record_value(t, "pruned_reason"),
             "failure": store.record_value(t, "failure_class"),
             "error": (store.record_value(t, "error") or "")[:500] or None,
@@ -359,6 +363,8 @@ def markdown(summary: dict[str, Any], comparison: dict[str, Any] | None) -> str:
             state = f"pruned: {t['pruned_reason']}"
         elif t.get("failure"):
             state = f"failed: {t['failure']}"
+        elif t.get("interrupted"):
+            state = "interrupted: the machine went back mid-trial (retried on resume)"
         cells = [str(t["number"]), t["label"], state]
         cells += [_f(lv[b]["tokens_per_s"]) if b in lv else "-" for b in sizes]
         cells += [_f(lv[b]["speedup"], ".2f") if b in lv else "-" for b in sizes]

@@ -9,7 +9,7 @@
 # Needs /root/stash (the bundle's parts, copied there by earlier calls) and .bundle/tools/install_offline_bundle.sh
 # (a copy of ../shared/gpu/install_offline_bundle.sh, carried). Environment as for gpu_study.sh
 # (STUDY, PREPARE_ARGS, GRID_ONLY, GRID_DEADLINE_S, STUDY_TIME_LIMIT_S, N_TRIALS), and RESUME_FROM: a folder
-# of the tree (committed results of an earlier session) whose optuna.db, mlflow.db and timings.jsonl start
+# of the tree (committed results of an earlier session) whose optuna.db, mlflow.db, timings.jsonl and grid.json start
 # RESULTS_DIR when it has none, so the study resumes on a fresh machine and its summary splits the whole
 # study's wall time (not only this machine's part). Back here, replace the committed timings.jsonl with the
 # returned one: it holds the earlier lines.
@@ -17,7 +17,7 @@ set -uo pipefail
 results=${1:?usage: gpu_session.sh RESULTS_DIR STEP ...}; shift
 if [ -n "${RESUME_FROM:-}" ]; then
   mkdir -p "$results"
-  for f in optuna.db mlflow.db timings.jsonl; do
+  for f in optuna.db mlflow.db timings.jsonl grid.json; do
     if [ ! -f "$results/$f" ] && [ -f "$RESUME_FROM/$f" ]; then cp "$RESUME_FROM/$f" "$results/" && echo "resumed $f from $RESUME_FROM" >&2; fi
   done
 fi
