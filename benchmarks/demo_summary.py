@@ -37,7 +37,9 @@ ELAPSED = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+)
 def engine_split(workdir: Path, wall_s: float | None) -> dict[str, float | None]:
     """An engine's start (launch to ready) and measurement (ready to its last repeat) from its progress file."""
     path = workdir / PROGRESS_FILE
-    events = [ProgressEvent.model_validate_json(line) for line in path.read_text().splitlines()] if path.exists() else []
+    events = (
+        [ProgressEvent.model_validate_json(line) for line in path.read_text().splitlines()] if path.exists() else []
+    )
     ready = next((e.elapsed_s for e in events if e.event == "engine_ready"), None)
     if ready is None or wall_s is None:
         return {"start_s": None, "measure_s": None}
