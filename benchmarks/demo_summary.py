@@ -11,7 +11,8 @@ Where the time went (fields added after demo-20261201-c; the older fields keep t
 build, trials, after the trials: confirmation + conclusion + export, report, the rest), and per engine
 ``start_s`` (process launch to engine ready: Python, torch and vLLM imports, vLLM's engine core, model load)
 and ``measure_s`` (engine ready to its last measured repeat: warm-up and repeats), from each engine's
-``progress.jsonl``; ``engines`` lists the confirmation's too.
+``progress.jsonl``; ``engines`` lists the confirmation's too; ``load_average`` (with ``--load``) the machine's
+1-minute load average sampled every 30 s (the demo itself makes about 2 on 2 cores; more is other work).
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ def wall_clock(console: str) -> float | None:
     return None if m is None else int(m[1] or 0) * 3600 + int(m[2]) * 60 + float(m[3])
 
 
+def load_average(path: Path) -> dict[str, float | int] | None:
+    """The machine's 1-minute load average during the run: the demo itself makes about 2 on 2 cores."""
+    samples = [float(x) for x in path.read_text().split()] if path.exists() else []
+    if not samples:
+        return None
+    return {"samples": len(samples), "mean": round(sum(samples) / len(samples), 2), "max": max(samples)}
+
+
 def summarise(run_dir: Path, study_name: str, console: str = "") -> dict[str, Any]:
     study = optuna.load_study(study_name=study_name, storage=f"sqlite:///{run_dir / 'optuna.db'}")
     workdir = run_dir / "tuner-runs" / study_name
@@ -98,7 +107,9 @@ def summarise(run_dir: Path, study_name: str, console: str = "") -> dict[str, An
         # confirmation engines, conclusion, MLflow artifacts, export, and the optimize command's start-up
         "after_trials": round(steps["study"] - study_wall, 1) if "study" in steps and study_wall else None,
         "report": steps.get("report"),
-        "rest": round(wall - sum(known), 1) if wall is not None and None not in known else None,  # type: ignore[arg-type]
+        "rest": round(wall - sum(k for k in known if k is not None), 1)
+        if wall is not None and None not in known
+        else None,
     }
     return {
         "study": study_name,
@@ -122,9 +133,12 @@ def main() -> None:
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--study", default="smollm2-cpu")
+    parser.add_argument("--load", type=Path, help="1-minute load averages sampled during the run, one a line")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     summary = summarise(args.run_dir, args.study, args.log.read_text(errors="replace"))
+    if args.load is not None:
+        summary["load_average"] = load_average(args.load)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     shutil.copy(args.run_dir / "best.yaml", args.out / "best.yaml")
     shutil.copy(args.log, args.out / "console.txt")

@@ -48,7 +48,10 @@ def test_time_left_counts_the_confirmation_after_the_trials(capsys: pytest.Captu
         clock.now = 100.0 * (n + 1)
         view.trial_finished(n, "50.0 tok/s", None)
     # The last trial is done; the confirmation is still to come.
-    assert _lines(capsys)[-1] == "[4/4] trial 3 50.0 tok/s; best: no speculation eager (score 1.000); left ~5 min, confirmation included"
+    assert (
+        _lines(capsys)[-1]
+        == "[4/4] trial 3 50.0 tok/s; best: no speculation eager (score 1.000); left ~5 min, confirmation included"
+    )
 
 
 def test_time_left_without_confirmation_or_before_an_estimate(capsys: pytest.CaptureFixture[str]) -> None:
