@@ -9,6 +9,7 @@ before a new one starts, never overwritten.
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 import sys
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,9 @@ from tuner.results import store
 from tuner.results.confirmation import CONFIRMATION, HISTORY, Confirmation, EngineRun, Finalist
 from tuner.results.schedule_run import ScheduleRun, schedule_spec
 from tuner.results.scoring import SLO_RATE_LEVEL, level_metrics, score_result
+from tuner.trial.deadline import confirmation_engine_s
 from tuner.trial.interrupts import sigterm_interrupts
+from tuner.trial.progress import format_left
 
 if TYPE_CHECKING:
     from tuner.trial.optimize import StudyRunner
@@ -66,6 +69,18 @@ def _behind(runner: StudyRunner, conf: Confirmation) -> str:
     return confirmations.clearly_behind(study, runner.config, study.trials[specs[0].trial])
 
 
+def _left(runner: StudyRunner, conf: Confirmation) -> str:
+    """The confirmation's engines still to run, this one included, at the median time of those it measured
+    (before any, the trials' estimate: tuner.trial.deadline.confirmation_engine_s)."""
+    todo = sum(1 for r, f in conf.plan() if conf.measured(r, f) is None)
+    walls = [e.wall_s for e in conf.engines]
+    if walls:
+        each: float | None = statistics.median(walls)
+    else:
+        each = confirmation_engine_s(runner.ready().study.get_trials(deepcopy=False), runner.config)
+    return "?" if each is None else format_left(todo * each)
+
+
 def _level_text(level: int, value: float) -> str:
     return f"SLO kept up to {value:g} requests/s" if level == SLO_RATE_LEVEL else f"level {level}: {value:.1f} tok/s"
 
@@ -93,7 +108,11 @@ def _measure(
         spec = found
     kwargs = llm_kwargs(runner.config.target, ps.preflight.target_path, spec)
     request = TrialRequest.for_study(runner.config, ps.prompts, kwargs).model_copy(update={"repeats": conf.repeats})
-    _say(runner, f"round {round_ + 1}/{conf.rounds}: {finalist.label} (trial {finalist.trial}) in a fresh engine")
+    _say(
+        runner,
+        f"round {round_ + 1}/{conf.rounds}: {finalist.label} (trial {finalist.trial}) in a fresh engine; "
+        f"left ~{_left(runner, conf)}",
+    )
     name = "schedule" if finalist.schedule else f"trial-{finalist.trial:03d}"
     outcome = run_engine(
         request, runner.workdir / f"confirm-r{round_ + 1}-{name}", runner.config.budget.trial_timeout_s

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
+    from tuner.study.config import StudyConfig
+
 # An engine's wall time varies (compile caches, model loading): leave room above the median.
 MARGIN = 1.2
 RESUME_HINT = "Run the same command again to resume."
@@ -74,3 +76,42 @@ def expected_engine_s(trials: Iterable[FrozenTrial]) -> float | None:
     complete = [w for state, w in measured if state == TrialState.COMPLETE]
     walls = complete or [w for _, w in measured]
     return MARGIN * statistics.median(walls) if walls else None
+
+
+def confirmation_engines(config: StudyConfig) -> int:
+    """The fresh engines the confirmation runs after the trials: each round, the speculative finalists, the best
+    baseline and a derived schedule (at most: fewer when fewer trials qualify, none when confirm.skip_when_behind
+    skips it)."""
+    if not config.confirm.enabled:
+        return 0
+    return config.confirm.rounds * (config.confirm.speculative + 1 + int(config.schedule.enabled))
+
+
+def confirmation_engine_s(trials: Iterable[FrozenTrial], config: StudyConfig) -> float | None:
+    """One confirmation engine: a completed trial's engine start plus its measurement scaled from the trials'
+    repeats to confirm.repeats (the median over completed trials; a trial's estimate before any completed)."""
+    from optuna.trial import TrialState
+
+    from tuner.results import store
+
+    trials = list(trials)
+    share = (config.confirm.repeats or config.workload.repeats) / config.workload.repeats
+    estimates = []
+    for t in trials:
+        wall, metrics = store.record_value(t, "engine_wall_s"), store.trial_metrics(t)
+        if t.state == TrialState.COMPLETE and wall is not None and metrics is not None:
+            start = min(metrics.engine_start_s, float(wall))
+            estimates.append(start + (float(wall) - start) * share)
+    if estimates:
+        return statistics.median(estimates)
+    expected = expected_engine_s(trials)
+    return None if expected is None else expected / MARGIN
+
+
+def confirmation_s(trials: Iterable[FrozenTrial], config: StudyConfig) -> float | None:
+    """The confirmation's expected seconds after the trials (0 without one; None before any engine ran)."""
+    engines = confirmation_engines(config)
+    if not engines:
+        return 0.0
+    each = confirmation_engine_s(trials, config)
+    return None if each is None else engines * each

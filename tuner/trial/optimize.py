@@ -29,7 +29,7 @@ from tuner.study.config import UNFINGERPRINTED, StudyConfig
 from tuner.study.prompts import load_prompts
 from tuner.study.space import baseline_params, first_trial_params, grid
 from tuner.trial.coordination import Heartbeat, study_lock
-from tuner.trial.deadline import Deadline
+from tuner.trial.deadline import Deadline, confirmation_s
 from tuner.trial.execute import TrialExecutor
 from tuner.trial.interrupts import sigterm_interrupts
 from tuner.trial.prepared import PreparedStudy, TrialFailed
@@ -194,7 +194,13 @@ class StudyRunner:
         with self._lock():
             self._reconcile(ps)
             self._enqueue_baselines(ps)
-        view = ProgressView(self.config.name, self.budget, store.budget_used(ps.study), self.show_progress)
+        view = ProgressView(
+            self.config.name,
+            self.budget,
+            store.budget_used(ps.study),
+            self.show_progress,
+            after_trials=lambda: confirmation_s(ps.study.get_trials(deepcopy=False), self.config),
+        )
         executor = TrialExecutor(ps, view)
         if (held := executor.best_so_far()) is not None:
             view.best = held[0]  # resumed: the best so far, not "-" until the next trial ends

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 
+def format_left(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{max(seconds, 0.0):.0f} s"
+
+
 class ProgressView:
-    def __init__(self, study_name: str, budget: int, done: int, enabled: bool = True) -> None:
+    """``after_trials``: the expected seconds of what the command runs after the last trial (the confirmation's
+    fresh engines; None while unknown), asked again after each trial: "left" is the whole command's."""
+
+    def __init__(
+        self,
+        study_name: str,
+        budget: int,
+        done: int,
+        enabled: bool = True,
+        after_trials: Callable[[], float | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         from rich.console import Console
 
         self.console = Console(stderr=True, log_path=False)
@@ -16,8 +32,11 @@ class ProgressView:
         self.plain = enabled and not self.live
         self.budget = budget
         self.done = done
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock()
         self.finished_here = 0
+        self.after_trials = after_trials
+        self.after_s: float | None = 0.0
         self.best: str = "-"
         self.current: str = ""
         self._progress: Any = None
@@ -41,11 +60,12 @@ class ProgressView:
             self._progress.start()
 
     def _time_left(self) -> str:
-        if not self.finished_here:
+        if not self.finished_here or self.after_s is None:
             return "?"
-        per_trial = (time.monotonic() - self.started) / self.finished_here
-        seconds = max(0.0, per_trial * (self.budget - self.done))
-        return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+        per_trial = (self.clock() - self.started) / self.finished_here
+        seconds = max(0.0, per_trial * (self.budget - self.done)) + self.after_s
+        after = ", confirmation included" if self.after_s else ""
+        return format_left(seconds) + after
 
     def _refresh(self) -> None:
         if self._progress is not None:
@@ -69,6 +89,8 @@ class ProgressView:
         if counted:
             self.done += 1
             self.finished_here += 1
+        if self.after_trials is not None:
+            self.after_s = self.after_trials()
         if best:
             self.best = best
         self.current = ""
