@@ -40,8 +40,10 @@ def load_prompts(files: list[str]) -> list[list[dict[str, str]]]:
     return out
 
 
-def run_engine(target: str, head: str | None, k: int, prompts: list, max_tokens: int, dtype: str) -> dict[str, Any]:
-    """One engine: greedy answers and the spec-decode counters over them."""
+def run_engine(
+    target: str, head: str | None, k: int, prompt_sets: dict[str, list], max_tokens: int, dtype: str
+) -> list[dict[str, Any]]:
+    """One engine per k: per prompt set, greedy answers and the spec-decode counters over them alone."""
     from vllm import LLM, SamplingParams
 
     from tuner.engine.vllm_metrics import diff, snapshot
@@ -58,14 +60,18 @@ def run_engine(target: str, head: str | None, k: int, prompts: list, max_tokens:
         disable_log_stats=False,
     )
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    before = snapshot(llm.get_metrics())
-    start = time.perf_counter()
-    outputs = llm.chat(prompts, params, use_tqdm=False)
-    seconds = time.perf_counter() - start
-    stats = diff(before, snapshot(llm.get_metrics()))
-    tokens = [list(o.outputs[0].token_ids) for o in outputs]
+    out = []
+    for name, prompts in prompt_sets.items():
+        before = snapshot(llm.get_metrics())
+        start = time.perf_counter()
+        outputs = llm.chat(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        stats = diff(before, snapshot(llm.get_metrics()))
+        tokens = [list(o.outputs[0].token_ids) for o in outputs]
+        out.append({"prompts": name, "k": k, "seconds": seconds, "output_tokens": sum(map(len, tokens)),
+                    "stats": stats.summary(), "tokens": tokens})
     del llm
-    return {"k": k, "seconds": seconds, "output_tokens": sum(map(len, tokens)), "stats": stats.summary(), "tokens": tokens}
+    return out
 
 
 def _row(name: str, r: dict[str, Any]) -> list[Any]:
@@ -95,23 +101,21 @@ def measure(args: argparse.Namespace) -> None:
     from tuner.models.demo import TARGET_NAME, demo_path
 
     target = args.target or str(demo_path(TARGET_NAME))
-    head_info = json.loads((Path(args.head) / "specdec-tuner.json").read_text()) if (Path(args.head) / "specdec-tuner.json").is_file() else {}
+    marker = Path(args.head) / "specdec-tuner.json"
+    head_info = json.loads(marker.read_text()) if marker.is_file() else {}
+    prompt_sets = {Path(f).stem: load_prompts([f]) for f in args.prompts}
+    headers = ["prompts", "k", "drafts", "acceptance length", "acceptance rate", "per position"]
     results = []
-    for files in args.prompts:
-        prompts = load_prompts([files])
-        for k in args.k:
-            r = run_engine(target, args.head, k, prompts, args.max_tokens, args.dtype)
-            r["prompts"] = files
+    for k in args.k:
+        for r in run_engine(target, args.head, k, prompt_sets, args.max_tokens, args.dtype):
+            r.pop("tokens")
             results.append(r)
-            print_table(["prompts", "k", "drafts", "acceptance length", "acceptance rate", "per position"],
-                        [[Path(files).stem, *_row("", r)[1:]]])
+            print_table(headers, [[r["prompts"], *_row("", r)[1:]]])
+            payload = {"target": target, "head": args.head, "head_info": head_info,
+                       "max_tokens": args.max_tokens, "dtype": args.dtype, "results": results}
+            path = _write("measure", payload)  # after every k: a cut-short run keeps what it measured
     print()
-    print_table(["prompts", "k", "drafts", "acceptance length", "acceptance rate", "per position"],
-                [[Path(r["prompts"]).stem, *_row("", r)[1:]] for r in results])
-    for r in results:
-        r.pop("tokens")
-    path = _write("measure", {"target": target, "head": args.head, "head_info": head_info,
-                              "max_tokens": args.max_tokens, "dtype": args.dtype, "results": results})
+    print_table(headers, [[r["prompts"], *_row("", r)[1:]] for r in results])
     print(f"wrote {path}")
 
 
@@ -122,21 +126,21 @@ def widen_check(args: argparse.Namespace) -> None:
 
     shape = WideShape(hidden=args.hidden, intermediate=args.intermediate, kv_heads=args.kv_heads)
     small_target = str(demo_path(TARGET_NAME))
-    prompts = load_prompts(args.prompts)
+    prompts = {"prompts": load_prompts(args.prompts)}
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         wide_target, wide_head = Path(tmp) / "target", Path(tmp) / "head"
         build_wide(Path(small_target), wide_target, shape, "float32")
         widen_head(Path(args.head), wide_head, shape, "float32")
-        small = run_engine(small_target, args.head, args.k, prompts, args.max_tokens, "float32")
-        wide = run_engine(str(wide_target), str(wide_head), args.k, prompts, args.max_tokens, "float32")
+        small = run_engine(small_target, args.head, args.k, prompts, args.max_tokens, "float32")[0]
+        wide = run_engine(str(wide_target), str(wide_head), args.k, prompts, args.max_tokens, "float32")[0]
     same = sum(a == b for a, b in zip(small["tokens"], wide["tokens"], strict=True))
     print_table(["pair", "k", "drafts", "acceptance length", "acceptance rate", "per position"],
                 [_row("135M + head", small), _row(f"wide {shape.hidden} + widened head", wide)])
-    print(f"identical greedy outputs: {same}/{len(prompts)}")
+    print(f"identical greedy outputs: {same}/{len(small['tokens'])}")
     for r in (small, wide):
         r.pop("tokens")
     path = _write("widen-check", {"head": args.head, "shape": shape.__dict__, "k": args.k,
-                                  "max_tokens": args.max_tokens, "identical_outputs": same, "prompts_n": len(prompts),
+                                  "max_tokens": args.max_tokens, "identical_outputs": same, "prompts_n": len(small["tokens"]),
                                   "small": small, "wide": wide})
     print(f"wrote {path}")
 

@@ -88,11 +88,23 @@ def build_head(target: Path, dst: Path, work: Path, recipe: HeadRecipe, log: Cal
     ckpt = work / "checkpoints"
     _in_train_env(python, ["-m", "tuner.models.eagle3_train", *train_args(target, data, ckpt, recipe)], log)
     last = max((p for p in ckpt.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
-    dst.mkdir(parents=True)
-    for item in last.iterdir():
-        if item.name in ("config.json", "model.safetensors"):
-            shutil.copy2(item, dst / item.name)
+    export_head(last, dst)
     return {"recipe": asdict(recipe), "epoch": int(last.name)}
+
+
+def export_head(checkpoint: Path, dst: Path) -> None:
+    """config.json and the weights without ``embed_tokens``: speculators saves a frozen bfloat16 copy of the
+    target's embeddings (56 MB of the head's 76), which vLLM would keep as distinct weights; without it vLLM
+    shares the target's own (llm_base_proposer._maybe_share_embeddings), exact and, for the wide target,
+    already widened. The head is then small enough to travel to a GPU host in the working tree."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(checkpoint / "config.json", dst / "config.json")
+    with safe_open(str(checkpoint / "model.safetensors"), framework="pt") as handle:
+        tensors = {k: handle.get_tensor(k) for k in handle.keys() if k != "embed_tokens.weight"}
+    save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
 
 
 def train_args(target: Path, data: Path, ckpt: Path, recipe: HeadRecipe) -> list[str]:
