@@ -137,10 +137,10 @@ def widen_check(args: argparse.Namespace) -> None:
     print_table(["pair", "k", "drafts", "acceptance length", "acceptance rate", "per position"],
                 [_row("135M + head", small), _row(f"wide {shape.hidden} + widened head", wide)])
     print(f"identical greedy outputs: {same}/{len(small['tokens'])}")
-    for r in (small, wide):
-        r.pop("tokens")
+    n = len(small.pop("tokens"))
+    wide.pop("tokens")
     path = _write("widen-check", {"head": args.head, "shape": shape.__dict__, "k": args.k,
-                                  "max_tokens": args.max_tokens, "identical_outputs": same, "prompts_n": len(small["tokens"]),
+                                  "max_tokens": args.max_tokens, "identical_outputs": same, "prompts_n": n,
                                   "small": small, "wide": wide})
     print(f"wrote {path}")
 
