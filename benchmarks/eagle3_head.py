@@ -80,11 +80,14 @@ def _row(name: str, r: dict[str, Any]) -> list[Any]:
     return [name, r["k"], s["drafts"], s["mean_acceptance_length"], s["acceptance_rate"], rates]
 
 
+STARTED = dt.datetime.now().strftime("%Y%m%d-%H%M%S")  # one file per run, rewritten after every k
+
+
 def _write(kind: str, payload: dict[str, Any]) -> Path:
     import vllm
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / f"{kind}-{dt.datetime.now().strftime('%Y%m%d-%H%M')}.json"
+    path = OUT_DIR / f"{kind}-{STARTED}.json"
     payload = {
         "benchmark": f"eagle3-head {kind}",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
