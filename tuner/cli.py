@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also build the 7B-class widened target (13 GB, bfloat16; for GPU hosts) and its mid-layer draft",
     )
+    prep.add_argument(
+        "--eagle3",
+        action="store_true",
+        help="also train the EAGLE-3 head for the 135M on CPU (needs the training environment, "
+        "requirements/eagle3-train.txt; kept once built); with --wide, widen it for the wide target",
+    )
 
     pair = sub.add_parser("check-pair", help="check that a draft model can serve a target model")
     pair.add_argument("--target", required=True)
@@ -256,9 +262,11 @@ def _report_format(fmt: str | None, output: Path | None) -> str:
 def cmd_models(args: argparse.Namespace) -> int:
     from tuner.models.demo import prepare_demo
 
-    models = prepare_demo(force=args.force, log=lambda m: print(m, file=sys.stderr), wide=args.wide)
+    models = prepare_demo(
+        force=args.force, log=lambda m: print(m, file=sys.stderr), wide=args.wide, eagle3=args.eagle3
+    )
     print(models.target)
-    for path in [*models.drafts.values(), *(models.wide or {}).values()]:
+    for path in [*models.drafts.values(), *(models.wide or {}).values(), *(models.heads or {}).values()]:
         print(path)
     return EXIT_OK
 

@@ -25,6 +25,10 @@ WIDE_NAME = f"{TARGET_NAME}-wide"
 MID_DROPPED = range(12, 17)
 MID_DRAFT_NAME = f"{TARGET_NAME}-{30 - len(MID_DROPPED)}L-mid"
 WIDE_NAMES = (WIDE_NAME, MID_DRAFT_NAME)
+# The EAGLE-3 head trained for the 135M on CPU (tuner/models/eagle3.py) and the same head widened for the
+# wide target (tuner/models/eagle3_wide.py); built only on request (``prepare-demo --eagle3``).
+EAGLE3_NAME = f"{TARGET_NAME}-eagle3"
+WIDE_EAGLE3_NAME = f"{WIDE_NAME}-eagle3"
 DEMO_PREFIX = "demo:"
 MARKER = "specdec-tuner.json"
 
@@ -34,6 +38,7 @@ class DemoModels:
     target: Path
     drafts: dict[int, Path]
     wide: dict[str, Path] | None = None
+    heads: dict[str, Path] | None = None
 
 
 def cache_root() -> Path:
@@ -43,7 +48,7 @@ def cache_root() -> Path:
 
 
 def demo_names() -> list[str]:
-    return [TARGET_NAME] + [draft_name(n) for n in DRAFT_LAYERS] + list(WIDE_NAMES)
+    return [TARGET_NAME] + [draft_name(n) for n in DRAFT_LAYERS] + list(WIDE_NAMES) + [EAGLE3_NAME, WIDE_EAGLE3_NAME]
 
 
 def needs_wide(models: list[str]) -> bool:
@@ -97,17 +102,43 @@ def _mark_complete(path: Path, info: dict[str, object]) -> None:
     (path / MARKER).write_text(json.dumps(info, indent=2) + "\n")
 
 
-def prepare_demo(force: bool = False, log: Callable[[str], object] = print, wide: bool = False) -> DemoModels:
-    """Idempotent: checkpoints already prepared are kept. ``wide`` adds the 7B-class target and its mid draft."""
+def prepare_demo(
+    force: bool = False, log: Callable[[str], object] = print, wide: bool = False, eagle3: bool = False
+) -> DemoModels:
+    """Idempotent: checkpoints already prepared are kept. ``wide`` adds the 7B-class target and its mid draft;
+    ``eagle3`` the EAGLE-3 head for the 135M (and, with ``wide``, the same head widened for the wide target)."""
     target = demo_path(TARGET_NAME)
     drafts = {n: demo_path(draft_name(n)) for n in DRAFT_LAYERS}
     todo = [p for p in [target, *drafts.values()] if force or not _is_complete(p)]
     if todo:
         _prepare_small(target, drafts, log)
     wide_paths = _prepare_wide(target, force, log) if wide else None
-    if not todo and not wide:
+    heads = _prepare_heads(target, force, wide, log) if eagle3 else None
+    if not todo and not wide and not eagle3:
         log(f"demo models ready under {cache_root()}")
-    return DemoModels(target, drafts, wide_paths)
+    return DemoModels(target, drafts, wide_paths, heads)
+
+
+def _prepare_heads(target: Path, force: bool, wide: bool, log: Callable[[str], object]) -> dict[str, Path]:
+    from tuner.models.eagle3 import HeadRecipe, build_head
+
+    small = demo_path(EAGLE3_NAME)
+    paths = {EAGLE3_NAME: small}
+    if force or not _is_complete(small):
+        recipe = HeadRecipe()
+        work = cache_root().parent / "eagle3-work"
+        log(f"training the EAGLE-3 head for {TARGET_NAME} on CPU (work files under {work}) -> {small}")
+        _build_atomically(small, lambda tmp: build_head(target, tmp, work, recipe, log), {})
+    if wide:
+        from tuner.models.eagle3_wide import widen_head
+        from tuner.models.wide import WideShape
+
+        big = paths[WIDE_EAGLE3_NAME] = demo_path(WIDE_EAGLE3_NAME)
+        if force or not _is_complete(big):
+            shape = WideShape()
+            log(f"widening {EAGLE3_NAME} to hidden {shape.hidden} -> {big}")
+            _build_atomically(big, lambda tmp: widen_head(small, tmp, shape), {"widened": shape.__dict__})
+    return paths
 
 
 def _prepare_wide(target: Path, force: bool, log: Callable[[str], object]) -> dict[str, Path]:

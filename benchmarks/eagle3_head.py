@@ -1,0 +1,175 @@
+"""Acceptance of an EAGLE-3 head on vLLM: per k, acceptance length and per-position acceptance.
+
+    python -m benchmarks.eagle3_head measure --head DIR [--target DIR] [--k 2 3 4 5 6] [--prompts F ...]
+    python -m benchmarks.eagle3_head widen-check --head DIR [--hidden 1024 --intermediate 2048 --kv-heads 16]
+
+``measure`` runs the study prompts (chat, greedy, as the studies do) through vLLM with
+``method: eagle3`` once per k and reads vLLM's spec-decode counters (tuner.engine.vllm_metrics):
+acceptance length = 1 + accepted / drafts, per-position rate = accepted at position i / drafts.
+``widen-check`` builds a small widened target (tuner/models/wide.py with a smaller WideShape) and the
+widened head (tuner/models/eagle3_wide.py), and measures the pair against the 135M and the small head at
+one k: the same function, so the same greedy tokens and the same acceptance, float32 on CPU.
+Prints a table and writes JSON under benchmarks/results/eagle3-head-20261204/.
+Measuring on the study prompts is fine; training on them is not (tuner/models/eagle3_prompts.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import git_revision, machine, print_table
+
+OUT_DIR = Path(__file__).resolve().parent / "results" / "eagle3-head-20261204"
+PROMPTS = ["studies/prompts/smollm2-demo.jsonl", "studies/prompts/wide-h200.jsonl"]
+
+
+def load_prompts(files: list[str]) -> list[list[dict[str, str]]]:
+    root = Path(__file__).resolve().parent.parent
+    out = []
+    for f in files:
+        for line in (root / f).read_text().splitlines():
+            if line.strip():
+                out.append(json.loads(line)["messages"])
+    return out
+
+
+def run_engine(
+    target: str, head: str | None, k: int, prompt_sets: dict[str, list], max_tokens: int, dtype: str
+) -> list[dict[str, Any]]:
+    """One engine per k: per prompt set, greedy answers and the spec-decode counters over them alone."""
+    from vllm import LLM, SamplingParams
+
+    from tuner.engine.vllm_metrics import diff, snapshot
+
+    spec = {"method": "eagle3", "model": head, "num_speculative_tokens": k} if head else None
+    llm = LLM(
+        model=target,
+        dtype=dtype,  # type: ignore[arg-type]
+        max_model_len=1024,
+        seed=0,
+        enforce_eager=True,
+        kv_cache_memory_bytes=2**30,
+        speculative_config=spec,
+        disable_log_stats=False,
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    out = []
+    for name, prompts in prompt_sets.items():
+        before = snapshot(llm.get_metrics())
+        start = time.perf_counter()
+        outputs = llm.chat(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        stats = diff(before, snapshot(llm.get_metrics()))
+        tokens = [list(o.outputs[0].token_ids) for o in outputs]
+        out.append({"prompts": name, "k": k, "seconds": seconds, "output_tokens": sum(map(len, tokens)),
+                    "stats": stats.summary(), "tokens": tokens})
+    del llm
+    return out
+
+
+def _row(name: str, r: dict[str, Any]) -> list[Any]:
+    s = r["stats"]
+    rates = " ".join(f"{x:.2f}" for x in s["per_position_rate"])
+    return [name, r["k"], s["drafts"], s["mean_acceptance_length"], s["acceptance_rate"], rates]
+
+
+STARTED = dt.datetime.now().strftime("%Y%m%d-%H%M%S")  # one file per run, rewritten after every k
+
+
+def _write(kind: str, payload: dict[str, Any]) -> Path:
+    import vllm
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    path = OUT_DIR / f"{kind}-{STARTED}.json"
+    payload = {
+        "benchmark": f"eagle3-head {kind}",
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join(["python", *sys.argv]),
+        "git": git_revision(),
+        "machine": {**machine(), "vllm": vllm.__version__},
+        **payload,
+    }
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    return path
+
+
+def measure(args: argparse.Namespace) -> None:
+    from tuner.models.demo import TARGET_NAME, demo_path
+
+    target = args.target or str(demo_path(TARGET_NAME))
+    marker = Path(args.head) / "specdec-tuner.json"
+    head_info = json.loads(marker.read_text()) if marker.is_file() else {}
+    prompt_sets = {Path(f).stem: load_prompts([f]) for f in args.prompts}
+    headers = ["prompts", "k", "drafts", "acceptance length", "acceptance rate", "per position"]
+    results = []
+    for k in args.k:
+        for r in run_engine(target, args.head, k, prompt_sets, args.max_tokens, args.dtype):
+            r.pop("tokens")
+            results.append(r)
+            print_table(headers, [[r["prompts"], *_row("", r)[1:]]])
+            payload = {"target": target, "head": args.head, "head_info": head_info,
+                       "max_tokens": args.max_tokens, "dtype": args.dtype, "results": results}
+            path = _write("measure", payload)  # after every k: a cut-short run keeps what it measured
+    print()
+    print_table(headers, [[r["prompts"], *_row("", r)[1:]] for r in results])
+    print(f"wrote {path}")
+
+
+def widen_check(args: argparse.Namespace) -> None:
+    from tuner.models.demo import TARGET_NAME, demo_path
+    from tuner.models.eagle3_wide import widen_head
+    from tuner.models.wide import WideShape, build_wide
+
+    shape = WideShape(hidden=args.hidden, intermediate=args.intermediate, kv_heads=args.kv_heads)
+    small_target = str(demo_path(TARGET_NAME))
+    prompts = {"prompts": load_prompts(args.prompts)}
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        wide_target, wide_head = Path(tmp) / "target", Path(tmp) / "head"
+        build_wide(Path(small_target), wide_target, shape, "float32")
+        widen_head(Path(args.head), wide_head, shape, "float32")
+        small = run_engine(small_target, args.head, args.k, prompts, args.max_tokens, "float32")[0]
+        wide = run_engine(str(wide_target), str(wide_head), args.k, prompts, args.max_tokens, "float32")[0]
+    same = sum(a == b for a, b in zip(small["tokens"], wide["tokens"], strict=True))
+    print_table(["pair", "k", "drafts", "acceptance length", "acceptance rate", "per position"],
+                [_row("135M + head", small), _row(f"wide {shape.hidden} + widened head", wide)])
+    print(f"identical greedy outputs: {same}/{len(small['tokens'])}")
+    n = len(small.pop("tokens"))
+    wide.pop("tokens")
+    path = _write("widen-check", {"head": args.head, "shape": shape.__dict__, "k": args.k,
+                                  "max_tokens": args.max_tokens, "identical_outputs": same, "prompts_n": n,
+                                  "small": small, "wide": wide})
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--head", required=True)
+    m.add_argument("--target")
+    m.add_argument("--k", type=int, nargs="+", default=[2, 3, 4, 5, 6])
+    m.add_argument("--prompts", nargs="+", default=PROMPTS)
+    m.add_argument("--max-tokens", type=int, default=96)
+    m.add_argument("--dtype", default="float32")
+    w = sub.add_parser("widen-check")
+    w.add_argument("--head", required=True)
+    w.add_argument("--k", type=int, default=3)
+    w.add_argument("--prompts", nargs="+", default=PROMPTS[:1])
+    w.add_argument("--max-tokens", type=int, default=48)
+    w.add_argument("--hidden", type=int, default=1024)
+    w.add_argument("--intermediate", type=int, default=2048)
+    w.add_argument("--kv-heads", type=int, default=16)
+    w.add_argument("--workdir", default=None)
+    args = p.parse_args()
+    measure(args) if args.cmd == "measure" else widen_check(args)
+
+
+if __name__ == "__main__":
+    main()

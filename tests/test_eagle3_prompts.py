@@ -1,0 +1,53 @@
+"""The head's training prompts: reproducible from a seed, built from the standard library, never a benchmark's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tuner.models.eagle3_data import select_shortest
+from tuner.models.eagle3_prompts import build_prompts, stdlib_snippets
+
+STUDY_PROMPTS = Path(__file__).resolve().parent.parent / "studies" / "prompts"
+
+
+def _texts(prompts: list[list[dict[str, str]]]) -> list[str]:
+    return [p[0]["content"] for p in prompts]
+
+
+def test_same_seed_same_prompts_other_seed_other_prompts() -> None:
+    assert _texts(build_prompts(300, seed=0)) == _texts(build_prompts(300, seed=0))
+    assert _texts(build_prompts(300, seed=0)) != _texts(build_prompts(300, seed=1))
+
+
+def test_prompts_are_code_and_chat_from_the_standard_library() -> None:
+    snippets = stdlib_snippets()
+    assert len(snippets) > 100
+    texts = _texts(build_prompts(400, seed=0))
+    assert len(set(texts)) > 300
+    code = [t for t in texts if "def " in t]
+    assert 0.5 < len(code) / len(texts) < 0.9
+    assert any(s.source in t or s.source.splitlines()[0] in t for s in snippets for t in code[:5])
+
+
+def test_no_benchmark_prompt_is_in_the_training_set() -> None:
+    """No study prompt's text, nor any of its code lines longer than 30 characters, is a training prompt."""
+    bench = []
+    for f in STUDY_PROMPTS.glob("*.jsonl"):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                bench += [m["content"] for m in json.loads(line)["messages"]]
+    assert bench
+    training = "\n".join(_texts(build_prompts(600, seed=0)))
+    for text in bench:
+        assert text not in training
+        for code_line in text.splitlines():
+            if len(code_line.strip()) > 30:
+                assert code_line not in training, code_line
+
+
+def test_select_shortest_keeps_order_and_breaks_ties_by_position() -> None:
+    rows = [{"prompt_ids": [0] * n, "answer_ids": [1]} for n in (5, 2, 9, 2, 1)]
+    kept = select_shortest(rows, 3)
+    assert [len(r["prompt_ids"]) for r in kept] == [2, 2, 1]
+    assert select_shortest(rows, None) == rows
