@@ -362,8 +362,8 @@ def pays_table(rows: list[dict[str, Any]], level_name: str) -> str:
 
 def _cmd(command: str) -> str:
     """A recorded command as a user types it: module form, no host-specific checkout path."""
-    command = command.replace("/work/main/", "")
-    return re.sub(r"python3? benchmarks/(\w+)\.py", r"python -m benchmarks.\1", command)
+    command = re.sub(r"python3? \S*?/?benchmarks/(\w+)\.py", r"python -m benchmarks.\1", command)
+    return command.replace("/work/main/", "")
 
 
 def _name(st: Study) -> str:
@@ -1058,6 +1058,66 @@ def t_readme(doc: Path) -> str:
     return table(head, rows)
 
 
+def _rates(rates: list[float]) -> str:
+    return " / ".join(f"{r:.2f}" for r in rates)
+
+
+def t_eagle3_head(doc: Path) -> str:
+    """The trained EAGLE-3 head: its training data and time, its acceptance per k, and the widening check."""
+    out: list[str] = []
+    for folder in sorted(RESULTS.glob("eagle3-head-*")):
+        if (path := folder / "training.json").exists():
+            d = _json(path)
+            gen, data, tr = d["generation"], d["training_data"], d["training"]
+            last = tr["val_metrics_per_epoch"][str(tr["epochs"] - 1)]
+            row = [
+                _link(path, doc),
+                d["date"][:10],
+                d["machine"]["cpu"],
+                f"{gen['prompts']} prompts, {_n(gen['answer_tokens'])} answer tokens in {_dur(gen['wall_s'])}",
+                f"{data['sequences']} sequences, {_n(data['answer_tokens_with_loss'])} tokens with loss",
+                f"speculators {tr['speculators']}, {tr['epochs']} epochs, {tr['steps']} steps, {_dur(tr['wall_s'])}",
+                f"{last['full_acc_0_epoch']:.2f} / {last['full_acc_1_epoch']:.2f} / {last['full_acc_2_epoch']:.2f}",
+            ]
+            head = ["file", "date", "machine", "generation", "training data", "training", "validation accuracy per step"]
+            out.append(table(head, [row]))
+        rows, cmds = [], []
+        for path in sorted(folder.glob("measure-*.json")):
+            d = _json(path)
+            cmds.append(f"`{_cmd(d['command'])}` ({_link(path, doc)}, vLLM {d['machine']['vllm']}, {d['dtype']})")
+            for r in d["results"]:
+                st = r["stats"]
+                rows.append(
+                    (
+                        r["prompts"],
+                        r["k"],
+                        [
+                            r["prompts"],
+                            str(r["k"]),
+                            f"{st['mean_acceptance_length']:.3f}",
+                            _rates(st["per_position_rate"]),
+                            f"{st['drafts']:,}",
+                        ],
+                    )
+                )
+        if rows:
+            head = ["prompts", "k", "acceptance length", "acceptance per position", "drafts"]
+            out.append(table(head, [r for _, _, r in sorted(rows, key=lambda x: (x[0], x[1]))]))
+            out.append(_source([f"{len(cmds)} file(s): " + "; ".join(cmds)]))
+        for path in sorted(folder.glob("widen-check-*.json")):
+            d = _json(path)
+            small, wide = d["small"]["stats"], d["wide"]["stats"]
+            out.append(
+                f"Widening check ({_link(path, doc)}, {d['date'][:10]}, vLLM {d['machine']['vllm']} CPU, k={d['k']}): "
+                f"the head widened to hidden {d['shape']['hidden']} beside the target widened the same way gave "
+                f"{d['identical_outputs']} of {d['prompts_n']} outputs identical to the small pair's; accepted per "
+                f"position {small['accepted_per_pos']} (small) and {wide['accepted_per_pos']} (widened), acceptance "
+                f"length {small['mean_acceptance_length']:.3f} and {wide['mean_acceptance_length']:.3f}; command: "
+                f"`{_cmd(d['command'])}`."
+            )
+    return "\n\n".join(out) if out else "No EAGLE-3 head results file yet."
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "pays": t_pays,
     "demo-pays": t_demo_pays,
@@ -1070,6 +1130,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "time-studies": t_time_studies,
     "time-demo": t_time_demo,
     "ci": t_ci,
+    "eagle3-head": t_eagle3_head,
     "readme-results": t_readme,
 }
 
