@@ -129,7 +129,7 @@ def _grepped(runners_txt: Path) -> dict[str, dict[str, str]]:
 def test_every_engine_log_of_the_032_h200_study_reads_as_its_grep() -> None:
     runs = V032_H200 / "runs" / "wide-h200"
     expected = _grepped(V032_H200 / "runners.txt")
-    assert len(expected) == 10 and sum(1 for e in expected.values() if e.get("model_runner") == "V2") == 9
+    assert len(expected) == 14 and sum(1 for e in expected.values() if e.get("model_runner") == "V2") == 13
     assert {t: workdir_runner(runs / t) for t in expected} == expected
 
 
