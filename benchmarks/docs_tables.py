@@ -839,13 +839,19 @@ def _demo_machine(runs: list[dict[str, Any]]) -> str:
 
 def demo_phases(summary: dict[str, Any]) -> dict[str, float]:
     """Timings a demo summary holds beyond the study's and the confirmation's: top-level ``*_s`` numbers and
-    any top-level mapping of names to numbers (``phases``, ``timings``, ...), whatever the demo script records."""
+    any top-level mapping of names to numbers (``phases_s``, ``split_s``, ...), whatever the demo script records,
+    except ``load_average`` (no seconds)."""
     known = {"study_wall_s", "confirmation_engine_wall_s"}
     out: dict[str, float] = {}
     for key, value in summary.items():
         if key.endswith("_s") and key not in known and isinstance(value, int | float):
             out[key] = float(value)
-        elif isinstance(value, dict) and value and all(isinstance(v, int | float) for v in value.values()):
+        elif (
+            key != "load_average"
+            and isinstance(value, dict)
+            and value
+            and all(isinstance(v, int | float) for v in value.values())
+        ):
             out.update({k: float(v) for k, v in value.items()})
     return out
 
