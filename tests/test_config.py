@@ -32,8 +32,7 @@ def test_every_shipped_study_file_loads_with_its_prompts(path: Path) -> None:
 def test_demo_study_file_is_valid() -> None:
     study = load_study(Path(__file__).parent.parent / "studies" / "smollm2-cpu.yaml")
     assert study.workload.prompts.is_file()
-    prompts = load_prompts(study.workload.prompts)
-    assert len(prompts) >= 16
+    prompts = load_prompts(study.workload.prompts)[: study.workload.max_prompts]
     tags = {t for p in prompts for t in p.tags}
     assert {"copy-heavy", "open-ended"} <= tags
     assert [c.method for c in study.candidates][:1] == ["none"]
@@ -79,6 +78,19 @@ def test_missing_required_section(tmp_path: Path) -> None:
 def test_reserved_engine_arg(tmp_path: Path) -> None:
     msg = _error(tmp_path, target={"model": "x", "engine_args": {"speculative_config": {}}})
     assert "target.engine_args" in msg
+
+
+def test_target_env_takes_strings_and_numbers(tmp_path: Path) -> None:
+    data = study_dict(tmp_path)
+    data["target"]["env"] = {"VLLM_ENABLE_V1_MULTIPROCESSING": 0, "OMP_NUM_THREADS": "2"}
+    assert load_study(write_study(tmp_path, data)).target.env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2"}
+
+
+@pytest.mark.parametrize(("env", "field"), [({"VLLM X": "1"}, "VLLM X"), ({"FLAG": True}, "FLAG"), ({"A": [1]}, "A")])
+def test_bad_target_env_names_the_variable(tmp_path: Path, env: dict[str, object], field: str) -> None:
+    data = study_dict(tmp_path)
+    msg = _error(tmp_path, target={**data["target"], "env": env})
+    assert "target.env" in msg and field in msg
 
 
 def test_batch_weights_must_match(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
@@ -259,3 +260,22 @@ def test_the_parent_run_states_the_served_answer_not_the_best_trial(
     assert metrics["answer_speedup"] == pytest.approx(speedup, rel=0.05) and metrics["answer_confirmed"] == 1.0
     assert metrics["trials_best_speedup"] == pytest.approx(1.3, rel=0.05)  # the trials alone said speculation
     assert "best_speedup" not in metrics
+
+
+@pytest.mark.parametrize(("gains", "served"), [({"3": 1.30, "2": 1.28}, 2), ({"3": 1.40, "2": 1.20}, 3)])
+def test_winners_within_the_noise_serve_the_fewest_speculative_tokens(
+    tmp_path: Path, fake_engine: str, gains: dict[str, float], served: int
+) -> None:
+    # k=3 and k=2 both beat the baseline in fresh engines; 1.30x against 1.28x is inside the study's noise
+    # (3%: the fake engine's repeats do not vary), so the one that drafts less is served; 1.40x against 1.20x is not
+    data = _confirmed(tmp_path, speculative=2)
+    data["target"]["engine_args"]["fake_gain"] = gains
+    assert _run(tmp_path, data, "--export", str(tmp_path / "best.yaml")) == 0
+    study = _load(data)
+    out = outcome.read(study)
+    assert out.verdict == "speculation" and out.chosen is not None
+    chosen = store.trial_spec(study.trials[out.chosen])
+    assert chosen is not None and chosen.num_speculative_tokens == served
+    text = (tmp_path / "best.yaml").read_text()
+    assert yaml.safe_load(text)["speculative-config"]["num_speculative_tokens"] == served
+    assert ("with fewer speculative tokens" in text) == (served == 2)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import RealStudy
+from tests.conftest import ENV_PREFIX, RealStudy
 from tuner.results import store
 
 pytestmark = pytest.mark.engine
@@ -130,3 +130,18 @@ def test_every_trial_records_the_model_runner_its_engine_logged(real_study: Real
         assert rec.mlflow_run_id is not None
         tags = client.get_run(rec.mlflow_run_id).data.tags
         assert {k: tags.get(k) for k in expected} == expected, (t.number, tags)
+
+
+def test_every_engine_runs_with_the_study_env_and_the_export_names_it(real_study: RealStudy) -> None:
+    # target.env: VLLM_LOGGING_PREFIX marks every line vLLM logs in that engine, trials' and confirmation's
+    logs = sorted((real_study.dir / "tuner-runs" / "real-study").glob("*/engine.log"))
+    names = [p.parent.name for p in logs]
+    assert any(n.startswith("trial-") for n in names) and any(n.startswith("confirm-") for n in names), names
+    for log in logs:
+        assert ENV_PREFIX + "INFO" in log.read_text(errors="replace"), log
+    study = optuna.load_study(study_name="real-study", storage=real_study.storage)
+    assert all(store.trial_record(t).env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_PREFIX": ENV_PREFIX}
+               for t in study.get_trials())
+    assert "# measured with the environment VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_LOGGING_PREFIX=" in (
+        real_study.export_path.read_text()
+    )

@@ -353,6 +353,7 @@ def run_engine(
     env = env_with_project()
     env["PYTHONUNBUFFERED"] = "1"
     env[engine_files.SECRET_ARGS_ENV] = json.dumps(secrets)  # never written to disk
+    env.update(request.env)
     for name in (STORAGE_ENV, TRACKING_ENV):  # the engine needs neither (they may carry passwords)
         env.pop(name, None)
     ooms_before = oom_kills()

@@ -31,6 +31,7 @@ class TrialRequest(BaseModel):
     seed: int = 0
     mode: Literal["offline", "serve"] = "offline"
     serve: ServeConfig | None = None
+    env: dict[str, str] = {}  # target.env: the engine process's environment (a served engine's server inherits it)
 
     @classmethod
     def for_study(cls, study: StudyConfig, prompts: list[Prompt], llm_kwargs: dict[str, Any]) -> TrialRequest:
@@ -48,6 +49,7 @@ class TrialRequest(BaseModel):
             seed=study.target.seed,
             mode=w.mode,
             serve=w.serve if w.mode == "serve" else None,
+            env=dict(study.target.env),
         )
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from tuner.engine.serve_file import pin_resolved, serve_config, serve_yaml
 from tuner.errors import UserError
-from tuner.outputs.export_lines import USE_LINE, decision_lines, measurement_lines, pinned_lines
+from tuner.outputs.export_lines import USE_LINE, decision_lines, env_lines, measurement_lines, pinned_lines
 from tuner.outputs.export_schedule import render_schedule_export, schedule_lines
 from tuner.results import outcome as outcomes
 from tuner.results import store
@@ -57,6 +57,7 @@ def render_export(study: optuna.Study, outcome: StudyOutcome | None = None) -> s
     lines += decision_lines(out)
     lines += schedule_lines(out)
     lines += pinned_lines(exported.resolved_args, exported.llm_kwargs)
+    lines += env_lines(exported.env)
     lines.append(USE_LINE)
     return "\n".join(lines) + "\n" + serve_yaml(pin_resolved(exported.llm_kwargs, exported.resolved_args))
 

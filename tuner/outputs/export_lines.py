@@ -55,6 +55,14 @@ def decision_lines(out: StudyOutcome) -> list[str]:
     return lines
 
 
+def env_lines(env: dict[str, str]) -> list[str]:
+    """A config file cannot set the environment: the measured engine's variables are named for the serving host."""
+    if not env:
+        return []
+    values = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    return [f"# measured with the environment {values} (target.env): set it where you serve; --config cannot"]
+
+
 def pinned_lines(resolved: dict[str, int], llm_kwargs: dict[str, Any]) -> list[str]:
     """``vllm serve`` and ``vllm.LLM`` resolve different defaults (max_num_seqs, max_num_batched_tokens): the file
     pins what the measured engine ran."""

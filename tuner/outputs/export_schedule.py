@@ -7,7 +7,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from tuner.engine.serve_file import pin_resolved, serve_yaml
-from tuner.outputs.export_lines import USE_LINE, decision_lines, measurement_lines, pinned_lines
+from tuner.outputs.export_lines import USE_LINE, decision_lines, env_lines, measurement_lines, pinned_lines
 from tuner.results.outcome import StudyOutcome
 from tuner.results.schedule import RULE, VALIDATION_RULE, LevelCheck, LevelChoice, StaticBest
 from tuner.results.schedule_run import ScheduleRun
@@ -43,6 +43,7 @@ def render_schedule_export(study: optuna.Study, out: StudyOutcome) -> str:
     exported = out.exported
     assert exported is not None
     lines += pinned_lines(exported.resolved_args, exported.llm_kwargs)
+    lines += env_lines(exported.env)
     lines.append(USE_LINE)
     return "\n".join(lines) + "\n" + serve_yaml(pin_resolved(exported.llm_kwargs, exported.resolved_args))
 

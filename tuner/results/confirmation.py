@@ -61,6 +61,7 @@ class Finalist(BaseModel):
     label: str
     is_baseline: bool
     schedule: bool = False
+    num_speculative_tokens: int | None = None  # a static speculative finalist's k: the tie-break among winners
 
     @property
     def key(self) -> tuple[int, bool]:
@@ -77,6 +78,7 @@ class FinalistResult(BaseModel):
     spread: float  # (high - low) / median: the between-engine spread
     wins: bool = False
     schedule: bool = False
+    num_speculative_tokens: int | None = None
 
 
 class Decision(BaseModel):
@@ -94,6 +96,10 @@ class Confirmation(BaseModel):
     weights: dict[int, float]
     engines: list[EngineRun] = []
     skipped: str = ""  # why no fresh engine was needed (confirm.skip_when_behind); the baseline is served
+    # Winners whose median is within this (relative) of the best winner's are tied, and the one with the
+    # fewest speculative tokens is served: the same speed for less drafting. The study's noise when the
+    # confirmation was planned; 0 (no tie-break) in confirmations stored before the rule.
+    tie_noise: float = 0.0
 
     def plan(self) -> list[tuple[int, Finalist]]:
         """Interleaved: round 1 A, B; round 2 A, B; ..."""
@@ -175,6 +181,7 @@ class Confirmation(BaseModel):
                 high=max(values),
                 spread=(max(values) - min(values)) / mid if mid else 0.0,
                 schedule=f.schedule,
+                num_speculative_tokens=f.num_speculative_tokens,
             )
 
         baseline = result(base)
@@ -191,6 +198,14 @@ class Confirmation(BaseModel):
             spec_results.append(r)
         static = [r for r in spec_results if r.wins and not r.schedule]
         best = max(static, key=lambda r: r.median, default=None)
+        if best is not None:
+            fewer = _fewest_tokens_tied(static, best, self.tie_noise)
+            if fewer is not best:
+                notes.append(
+                    f"{fewer.label} is served: its median {fewer.median:.3f}x is within the study's noise "
+                    f"({self.tie_noise:.0%}) of {best.label}'s {best.median:.3f}x, with fewer speculative tokens"
+                )
+                best = fewer
         return Decision(
             winner=best.trial if best else None,
             schedule_wins=any(r.wins and r.schedule for r in spec_results),
@@ -229,6 +244,15 @@ class Confirmation(BaseModel):
         if d.note:
             lines.append(d.note)
         return lines
+
+
+def _fewest_tokens_tied(winners: list[FinalistResult], best: FinalistResult, noise: float) -> FinalistResult:
+    """Among the winners within ``noise`` of the best median, the one with the fewest speculative tokens
+    (then the higher median): a gap inside the noise says nothing about which is faster."""
+    tied = [r for r in winners if r.median >= best.median * (1.0 - noise) and r.num_speculative_tokens is not None]
+    if best.num_speculative_tokens is None or len(tied) < 2:
+        return best
+    return min(tied, key=lambda r: (r.num_speculative_tokens or 0, -r.median))
 
 
 def _span(r: FinalistResult) -> str:
@@ -273,7 +297,11 @@ def finalists(specs: list[FrozenTrial], base: FrozenTrial, schedule: tuple[int, 
     for t in specs:
         spec = store.trial_spec(t)
         assert spec is not None
-        out.append(Finalist(trial=t.number, label=spec.label(), is_baseline=False))
+        out.append(
+            Finalist(
+                trial=t.number, label=spec.label(), is_baseline=False, num_speculative_tokens=spec.num_speculative_tokens
+            )
+        )
     if schedule is not None:
         out.append(Finalist(trial=schedule[0], label=f"{SCHEDULE_LABEL} {schedule[1]}", is_baseline=False, schedule=True))
     spec = store.trial_spec(base)

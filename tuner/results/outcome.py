@@ -29,8 +29,9 @@ from tuner.results import confirmation as confirmations
 from tuner.results import schedule_run as schedules
 from tuner.results import store
 from tuner.results.confirmation import Confirmation, Decision
+from tuner.results.noise import NOISE_FLOOR, study_noise
 from tuner.results.schedule_run import ScheduleRun
-from tuner.results.scoring import apply_reference
+from tuner.results.scoring import SLO_RATE_LEVEL, apply_reference
 
 if TYPE_CHECKING:
     import optuna
@@ -72,6 +73,7 @@ class Exported(BaseModel):
     speculative: bool
     llm_kwargs: dict[str, Any]
     resolved_args: dict[str, int] = {}  # what the measured engine resolved and the file pins (max_num_seqs, ...)
+    env: dict[str, str] = {}  # the measured engine's environment variables (target.env): the file names them
 
 
 class StudyOutcome(BaseModel):
@@ -165,8 +167,14 @@ def expected_finalists(
         (config.confirm.repeats or config.workload.repeats) if config is not None else (stored.repeats if stored else 1)
     )
     weights = confirmations.judged_levels(config) if config is not None else (stored.weights if stored else {})
+    done = store.completed(study)
+    noise = max((study_noise(done, level) for level in weights if level != SLO_RATE_LEVEL), default=NOISE_FLOOR)
     return Confirmation(
-        finalists=confirmations.finalists(specs, base, chosen), rounds=rounds, repeats=repeats, weights=weights
+        finalists=confirmations.finalists(specs, base, chosen),
+        rounds=rounds,
+        repeats=repeats,
+        weights=weights,
+        tie_noise=noise,
     )
 
 
@@ -349,6 +357,7 @@ def _exported(study: optuna.Study, out: StudyOutcome) -> Exported | None:
             speculative=True,
             llm_kwargs=dict(out.schedule.llm_kwargs or {}),
             resolved_args=dict(engine.resolved_args) if engine is not None else {},
+            env=dict(store.trial_record(study.trials[s.trial]).env or {}),
         )
     if out.chosen is None:
         return None
@@ -364,6 +373,7 @@ def _exported(study: optuna.Study, out: StudyOutcome) -> Exported | None:
         speculative=spec is not None and not spec.is_baseline,
         llm_kwargs=dict(record.llm_kwargs),
         resolved_args=dict(record.resolved_args or {}),
+        env=dict(record.env or {}),
     )
 
 

@@ -46,6 +46,7 @@ class TrialRecord(BaseModel):
     duplicate_of: int | None = None
     hardware: dict[str, Any] | None = None
     llm_kwargs: dict[str, Any] | None = None
+    env: dict[str, str] | None = None  # target.env: the engine's environment variables, when the study set any
     metrics: TrialMetrics | None = None
     failure_class: str | None = None
     error: str | None = None

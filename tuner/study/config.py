@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -13,6 +14,7 @@ from tuner.study.methods import Method, check_candidate, check_extra, rules
 # vLLM accepts larger values, but no deployment gains past this; a typo like 64 is caught here.
 MAX_SPECULATIVE_TOKENS = 16
 # Study-file sections that may change between runs of one study: they do not change what a trial measures.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 UNFINGERPRINTED = frozenset({"budget", "confirm", "schedule", "tracking", "storage", "description"})
 
 
@@ -53,6 +55,26 @@ class TargetConfig(StrictModel):
     engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Passed through to vllm.LLM as keyword arguments."
     )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables of every engine and server the study starts (trials, confirmation, "
+        "grid), e.g. VLLM_ENABLE_V1_MULTIPROCESSING: 0. `vllm serve --config` cannot carry them: the export "
+        "names them.",
+    )
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for name, v in value.items():
+            if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name; fix: use letters, digits and _")
+            if isinstance(v, bool) or not isinstance(v, str | int | float):
+                raise ValueError(f"{name}: give the value as a quoted string; fix: {name}: \"1\"")
+            out[name] = str(v)
+        return out
 
     @field_validator("engine_args")
     @classmethod

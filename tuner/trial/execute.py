@@ -56,6 +56,7 @@ class TrialExecutor:
         record.write(trial, rec)
         kwargs = llm_kwargs(ps.config.target, ps.preflight.target_path, spec)
         rec.llm_kwargs = redact(kwargs)
+        rec.env = dict(ps.config.target.env) or None
         record.write(trial, rec)
         ps.tracker.log_params(run_id, spec.mlflow_params())
         ps.tracker.log_dict(run_id, kwargs, "vllm_args.json")

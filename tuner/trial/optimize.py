@@ -150,6 +150,8 @@ class StudyRunner:
             load_if_exists=True,
         )
         settings = cfg.model_dump(mode="json", exclude=set(UNFINGERPRINTED))
+        if not cfg.target.env:  # studies made before target.env keep their fingerprint
+            del settings["target"]["env"]
         legacy = store.fingerprint(settings)  # studies made before scores were per-level speedups
         # The prompts' content, not their path: workers on other hosts have other checkout paths.
         settings["workload"]["prompts"] = hashlib.sha256(cfg.workload.prompts.read_bytes()).hexdigest()
