@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from tuner.results.outcome import StudyOutcome
@@ -59,7 +60,7 @@ def env_lines(env: dict[str, str]) -> list[str]:
     """A config file cannot set the environment: the measured engine's variables are named for the serving host."""
     if not env:
         return []
-    values = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    values = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))  # pasteable before `vllm serve`
     return [f"# measured with the environment {values} (target.env): set it where you serve; --config cannot"]
 
 
