@@ -8,7 +8,8 @@ One configuration per process (an engine created in a fresh process), the worker
 Optional environment: ASYNC=1 (async_scheduling), CGMODE=PIECEWISE|FULL_AND_PIECEWISE (cudagraph_mode).
 Prints tokens/s, ms per engine step and, per step, the number of CUDA graph launches, kernel launches and
 eager attention calls; appends the same as one JSON line to --out. (From the vLLM 0.26 source reading in
-docs/benchmarks.md, section "Why the draft models are slow".)
+docs/research/draft-model-vllm-0.26.md; its results: docs/measurement-log.md, section "Why the draft models are
+slow (vLLM 0.26.0)".)
 """
 
 from __future__ import annotations

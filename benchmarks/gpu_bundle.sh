@@ -31,7 +31,7 @@
 # so a study that runs in the background over several calls runs one commit, not a working tree that other
 # edits change between calls (each call copies the tree to the device again).
 # Then, per part: run(carry=[".bundle/parts/pNN"], command="mkdir -p /root/stash && cp .bundle/parts/pNN/* /root/stash/");
-# the last part's call carries .bundle/tools and .bundle/code.tgz too (docs/benchmarks.md, issue 27 section).
+# the last part's call carries .bundle/tools and .bundle/code.tgz too (docs/measurement-log.md, issue 27 section).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$repo/.bundle}

@@ -1,4 +1,4 @@
-"""Summaries of a GPU study run and its comparison with a brute-force grid (docs/benchmarks.md, GPU).
+"""Summaries of a GPU study run and its comparison with a brute-force grid (docs/measurement-log.md, GPU).
 
     python -m benchmarks.gpu_report study --study S.yaml --storage sqlite:///OUT/optuna.db \
         --workdir OUT/runs --timings OUT/timings.jsonl --out OUT/study_summary.json

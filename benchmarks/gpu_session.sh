@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call on the offline H200 (see docs/benchmarks.md, "Running on the H200"): install the offline
+# One device call on the offline H200 (see docs/measurement-log.md, section GPU, its commands): install the offline
 # bundle once per machine, then run gpu_study.sh steps on a results folder that lives as long as the machine,
 # and copy the results files to $OUT so they come back (optuna.db and mlflow.db too: a study that needs
 # more than one session resumes from them, copied back into RESULTS_DIR before its next `study` step).

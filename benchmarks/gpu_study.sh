@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 study end to end, on a GPU host where vLLM (0.32.0 since issue 27; 0.26.0 before) and the project's
 # dependencies are installed (offline hosts: benchmarks/gpu_bundle.sh builds the bundle, then
-# install_offline_bundle.sh; docs/benchmarks.md, sections GPU and issue 27, have the exact commands).
+# install_offline_bundle.sh; docs/measurement-log.md, sections GPU and issue 27, have the exact commands).
 #
 #   bash benchmarks/gpu_study.sh OUTDIR [STEP ...]
 #

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,30 @@ def test_every_generated_table_matches_its_results_files() -> None:
     assert stale == [], f"regenerate with `python -m benchmarks.docs_tables --write`: {stale}"
 
 
+def _names(doc: str) -> set[str]:
+    return {m.group("name") for m in dt.BLOCK.finditer((dt.ROOT / doc).read_text())}
+
+
 def test_docs_hold_the_tables_the_issue_asks_for() -> None:
     names = {m.group("name") for doc in dt.DOCS for m in dt.BLOCK.finditer(doc.read_text())}
     assert {"pays", "versions", "tuner-vs-grid", "noise-engines", "noise-confirmation", "time-gpu", "ci"} <= names
-    assert "readme-results" in {m.group("name") for m in dt.BLOCK.finditer((dt.ROOT / "README.md").read_text())}
+    assert {"readme-results", "readme-demo-time"} <= _names("README.md")
+    assert "serve-cpu-example" in _names("docs/guide.md")
+    log = {"log-demo-trials", "log-comparison", "log-cross-engine", "log-draft-profile", "trials-wide-026"}
+    assert log <= _names("docs/measurement-log.md")
+
+
+# A measured figure typed by hand: tokens per second, a speedup (1.37x, 2.2×) or a duration (17 min 07 s).
+MEASURED = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?tok/s|(?<![\w.])\d+(?:\.\d+)?[x×](?!\w)|\b\d+ min \d+ s\b")
+
+
+def test_no_measured_figure_outside_the_generated_tables() -> None:
+    hits = []
+    for doc in [dt.ROOT / "README.md", *sorted((dt.ROOT / "docs").glob("**/*.md"))]:
+        text = dt.BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), doc.read_text())
+        for n, line in enumerate(text.splitlines(), 1):
+            hits += [f"{doc.relative_to(dt.ROOT)}:{n}: {m.group(0)!r}" for m in MEASURED.finditer(line)]
+    assert hits == [], "put measured figures in a generated table (benchmarks/docs_tables.py) or drop them"
 
 
 def test_a_hand_edited_number_is_reported_by_its_table() -> None:
@@ -83,6 +104,8 @@ def test_new_demo_and_ci_runs_are_picked_up(tmp_path: Path, monkeypatch: pytest.
     demo = dt.t_time_demo(DOC)
     assert "demo-20261204-a" in demo and "2026-12-04" in demo and "install 3 min 20 s" in demo
     assert "**15 min 45 s**" in demo  # the copied console.txt's `time -v` wall
+    assert "demo-20261204-a" in dt.t_readme_demo_time(DOC) and "**15 min 45 s**" in dt.t_readme_demo_time(DOC)
+    assert "demo-20261204-a" in dt.t_log_demo_trials(DOC)
     ci_table = dt.t_ci(DOC)
     assert "abcdef0" in ci_table and "333 passed" in ci_table and "**15 min 37 s**" in ci_table
 
