@@ -528,6 +528,10 @@ def t_tuner_vs_grid(doc: Path) -> str:
             t = max((r for r in tr if b in r["levels"]), key=lambda r: r["levels"][b])
             g = max((r for r in grows if b in r["levels"]), key=lambda r: r["levels"][b])
             same = "yes" if t["label"] == g["label"] else "**no**"
+            mine = next((r for r in grows if r["label"] == t["label"] and b in r["levels"]), None)
+            if mine is not None and same != "yes":
+                # One engine each: the gap between the grid's own engines says whether "no" is a real miss.
+                same += f" (the grid's engine of the tuner's pick: {1 - mine['levels'][b] / g['levels'][b]:.0%} slower)"
             rows.append(
                 [
                     _name(st),
