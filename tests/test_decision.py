@@ -279,3 +279,25 @@ def test_winners_within_the_noise_serve_the_fewest_speculative_tokens(
     text = (tmp_path / "best.yaml").read_text()
     assert yaml.safe_load(text)["speculative-config"]["num_speculative_tokens"] == served
     assert ("with fewer speculative tokens" in text) == (served == 2)
+
+
+@pytest.mark.parametrize(("gains", "finalist"), [({"4": 1.31, "3": 1.30, "2": 1.29}, 2), ({"4": 1.40, "3": 1.2, "2": 1.1}, 4)])
+def test_trials_within_the_noise_send_the_fewest_speculative_tokens_to_the_fresh_engines(
+    tmp_path: Path, fake_engine: str, gains: dict[str, float], finalist: int
+) -> None:
+    # One finalist: k=4, 3 and 2 scored within the study's noise (3%) are a tie, so the one the confirmation
+    # would serve among tied winners (the fewest tokens) gets the fresh engines, not the top score by a hair
+    data = _confirmed(tmp_path, speculative=1)
+    data["budget"]["trials"] = 4
+    data["search"]["first_trials"] = [
+        {"candidate": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+        for k in (4, 3, 2)
+    ]
+    data["target"]["engine_args"]["fake_gain"] = gains
+    assert _run(tmp_path, data) == 0
+    study = _load(data)
+    conf = confirmation.load(study)
+    assert conf is not None and conf.complete
+    confirmed = [store.trial_spec(study.trials[f.trial]) for f in conf.finalists if not f.is_baseline]
+    assert [s.num_speculative_tokens for s in confirmed if s is not None] == [finalist]
+    assert outcome.read(study).verdict == "speculation"

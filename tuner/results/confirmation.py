@@ -270,9 +270,13 @@ def history(study: optuna.Study) -> list[Confirmation]:
     return [Confirmation.model_validate(raw) for raw in study.user_attrs.get(HISTORY) or []]
 
 
-def speculative_finalists(study: optuna.Study, n: int, eligible: set[int] | None = None) -> list[FrozenTrial]:
+def speculative_finalists(
+    study: optuna.Study, n: int, eligible: set[int] | None = None, tie_noise: float = 0.0
+) -> list[FrozenTrial]:
     """The n best speculative trials by their score against the study's current reference (a baseline
-    measured after a trial moves it), one per configuration; ``eligible``: only these trial numbers."""
+    measured after a trial moves it), one per configuration; ``eligible``: only these trial numbers.
+    Trials within ``tie_noise`` of the best score are a tie and come first by fewest speculative tokens: the
+    confirmation serves the fewest tokens among tied winners, so those are the ones worth fresh engines."""
     ref = store.reference(study)
     scored = []
     for t in store.completed(study):
@@ -281,6 +285,11 @@ def speculative_finalists(study: optuna.Study, n: int, eligible: set[int] | None
             continue
         scored.append((apply_reference(metrics, ref).score, t, spec))
     scored.sort(key=lambda row: (-row[0], row[1].number))
+    if scored and tie_noise > 0:
+        floor = scored[0][0] * (1.0 - tie_noise)
+        tied = [row for row in scored if row[0] >= floor]
+        tied.sort(key=lambda row: (row[2].num_speculative_tokens or 0, -row[0], row[1].number))
+        scored = tied + [row for row in scored if row[0] < floor]
     seen: set[Any] = set()
     out = []
     for _, t, spec in scored:

@@ -151,16 +151,15 @@ def save(study: optuna.Study, outcome: StudyOutcome) -> None:
 
 # -- deciding -------------------------------------------------------------------------------------------
 def expected_finalists(
-    study: optuna.Study, config: StudyConfig | None, n: int, schedule: ScheduleRun | None
+    study: optuna.Study,
+    config: StudyConfig | None,
+    n: int,
+    schedule: ScheduleRun | None,
+    tie_noise: float | None = None,
 ) -> Confirmation | None:
-    """The confirmation the study's current trials call for (engines not measured), or None: nothing to confirm."""
-    base = store.best_baseline(study)
-    eligible = _eligible(study)
-    specs = confirmations.speculative_finalists(study, n, eligible)
-    drafter = schedule.schedule if schedule is not None else None
-    if base is None or (not specs and drafter is None):
-        return None
-    chosen = (drafter.trial, f"{drafter.drafter}: {drafter.text()}") if drafter is not None else None
+    """The confirmation the study's current trials call for (engines not measured), or None: nothing to confirm.
+    ``tie_noise``: the tie rule's noise to choose finalists with (a stored confirmation's, to check it against
+    the rule it was planned under; 0 before the rule); by default the study's noise now."""
     stored = confirmations.load(study)
     rounds = config.confirm.rounds if config is not None else (stored.rounds if stored else 1)
     repeats = (
@@ -169,6 +168,13 @@ def expected_finalists(
     weights = confirmations.judged_levels(config) if config is not None else (stored.weights if stored else {})
     done = store.completed(study)
     noise = max((study_noise(done, level) for level in weights if level != SLO_RATE_LEVEL), default=NOISE_FLOOR)
+    base = store.best_baseline(study)
+    eligible = _eligible(study)
+    specs = confirmations.speculative_finalists(study, n, eligible, noise if tie_noise is None else tie_noise)
+    drafter = schedule.schedule if schedule is not None else None
+    if base is None or (not specs and drafter is None):
+        return None
+    chosen = (drafter.trial, f"{drafter.drafter}: {drafter.text()}") if drafter is not None else None
     return Confirmation(
         finalists=confirmations.finalists(specs, base, chosen),
         rounds=rounds,
@@ -197,7 +203,7 @@ def current_confirmation(
     n = len([f for f in stored.finalists if not f.is_baseline and not f.schedule])
     if config is not None:
         n = config.confirm.speculative
-    expected = expected_finalists(study, config, n, schedule)
+    expected = expected_finalists(study, config, n, schedule, tie_noise=stored.tie_noise)
     return stored if expected is not None and stored.same_as(expected) else None
 
 
