@@ -848,17 +848,19 @@ def demo_phases(summary: dict[str, Any]) -> dict[str, float]:
     any top-level mapping of names to numbers (``phases_s``, ``split_s``, ...), whatever the demo script records,
     except ``load_average`` (no seconds)."""
     known = {"study_wall_s", "confirmation_engine_wall_s"}
+    # split_s splits the wall time (phases_s's study into trials and what follows): one of the two, not both.
+    skip = {"load_average", "phases_s"} if summary.get("split_s") else {"load_average"}
     out: dict[str, float] = {}
     for key, value in summary.items():
         if key.endswith("_s") and key not in known and isinstance(value, int | float):
             out[key] = float(value)
         elif (
-            key != "load_average"
+            key not in skip
             and isinstance(value, dict)
             and value
             and all(isinstance(v, int | float) for v in value.values())
         ):
-            out.update({k: float(v) for k, v in value.items()})
+            out.update({k: float(v) for k, v in value.items() if k != "rest" or abs(v) >= 1})  # rounding, not time
     return out
 
 
