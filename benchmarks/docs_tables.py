@@ -1145,6 +1145,17 @@ def _study(key: str) -> Study:
     return next(s for s in STUDIES if s.key == key)
 
 
+def _study_summary(key: str) -> tuple[Study, Path, dict[str, Any] | None]:
+    """A study, the path of its summary file and the summary (None when there is none yet)."""
+    st = _study(key)
+    path = RESULTS / st.folder / st.summary
+    return st, path, _json(path)
+
+
+def _missing(path: Path) -> str:
+    return f"No results file yet (`{path.relative_to(RESULTS).as_posix()}`)."
+
+
 def _state(t: dict[str, Any]) -> str:
     """A trial's outcome in words: complete, pruned with the pruner's reason, failed or interrupted."""
     state = str(t.get("state") or "")
@@ -1234,11 +1245,9 @@ def t_trials(key: str) -> Callable[[Path], str]:
     """Every trial of a study (one engine each), its confirmation's fresh engines and its schedule derivation."""
 
     def make(doc: Path) -> str:
-        st = _study(key)
-        path = RESULTS / st.folder / st.summary
-        summary = _json(path)
+        st, path, summary = _study_summary(key)
         if not summary:
-            return f"No results file yet (`{path.relative_to(RESULTS).as_posix()}`)."
+            return _missing(path)
         trials = summary["trials"]
         rows = {r["id"]: r for r in study_rows(summary)}
         base, _ = _best_by_drafter(list(rows.values()))
@@ -1409,11 +1418,9 @@ def t_latency(key: str) -> Callable[[Path], str]:
     """A served study's latency per level: the reference baseline and each drafter's best-scoring trial."""
 
     def make(doc: Path) -> str:
-        st = _study(key)
-        path = RESULTS / st.folder / st.summary
-        summary = _json(path)
+        st, path, summary = _study_summary(key)
         if not summary:
-            return f"No results file yet (`{path.relative_to(RESULTS).as_posix()}`)."
+            return _missing(path)
         picked: dict[str, dict[str, Any]] = {}
         for t in summary["trials"]:
             m = t.get("metrics") or {}
