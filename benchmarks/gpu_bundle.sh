@@ -25,7 +25,9 @@
 #                  numba/llvmlite/numpy stay the host's (0.68.0/0.50.0/2.5.2) although vLLM pins numba==0.65.0:
 #                  carrying 0.65 means llvmlite 0.47 and numpy<2.5 too (about 75 MB, over a part) under host
 #                  packages built against numpy 2.5.
-#   PART_MB        48 (default): a device call carries at most 64 MiB with the tree (12.7 MiB on 2026-12-04).
+#   PART_MB        default: 62 MiB less the tracked tree's size (a device call carries at most 64 MiB with the
+#                  tree, which grows with the results: 12.7 MiB on 2026-12-04, 15.9 MiB on 2026-12-05, when a
+#                  48 MiB part was refused as "larger than 64 MiB").
 # and copies install_offline_bundle.sh to OUTDIR/tools/, where benchmarks/gpu_session.sh looks for it (carry it).
 # and writes OUTDIR/code.tgz: the committed code (git archive HEAD: tuner, benchmarks without results, studies),
 # so a study that runs in the background over several calls runs one commit, not a working tree that other
@@ -37,7 +39,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$repo/.bundle}
 shared=${SHARED_GPU:-$repo/../shared/gpu}
 freeze=${HOST_FREEZE:-$shared/host-freeze.txt}
-export VLLM_VERSION=${VLLM_VERSION:-0.32.0} PART_MB=${PART_MB:-48}
+tree_mib=$(git -C "$repo" ls-files -z | (cd "$repo" && du -cb --files0-from=-) | tail -n 1 | cut -f1)
+export VLLM_VERSION=${VLLM_VERSION:-0.32.0} PART_MB=${PART_MB:-$((62 - (tree_mib + 1048575) / 1048576))}
+echo "PART_MB=$PART_MB (the tracked tree: $((tree_mib / 1048576)) MiB)"
 mkdir -p "$out/tools"; out=$(cd "$out" && pwd)
 
 python3 - "$freeze" "$out/tools/host-packages.txt" "$out/tools/host-constraints.txt" <<'EOF'
