@@ -162,9 +162,10 @@ def real_study(tmp_path_factory: pytest.TempPathFactory, demo_models: None) -> R
     # The smallest confirmation: one fresh engine each for the best speculative trial and the baseline.
     # Measured whatever the CPU says: the engines are what test_finalists_confirmed_in_fresh_engines checks.
     data["confirm"] = {"enabled": True, "rounds": 1, "repeats": 1, "skip_when_behind": False}
-    # target.env reaches every engine: vLLM's engine core in the engine's own process (about 20 s less per
-    # engine start on 2 cores), and a log prefix that test_engine_study finds in every engine's log.
-    data["target"]["env"] = {"VLLM_ENABLE_V1_MULTIPROCESSING": 0, "VLLM_LOGGING_PREFIX": ENV_PREFIX}
+    # target.env reaches every engine: a log prefix that test_engine_study finds in every engine's log. Not
+    # MULTIPROCESS_ENV: the tests set it in the process environment, and test_interrupt's copies of this study
+    # set it back to 1 for vLLM's process tree (a study's env would override them, and it is fingerprinted).
+    data["target"]["env"] = {"VLLM_LOGGING_PREFIX": ENV_PREFIX}
     path = write_study(tmp, data)
     export = tmp / "best.yaml"
     result = run_cli(["optimize", "--study", str(path), "--export", str(export)], cwd=tmp)

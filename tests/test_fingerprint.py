@@ -11,7 +11,6 @@ import pytest
 from tests.conftest import study_dict, write_study
 from tuner.errors import UserError
 from tuner.results import store
-from tuner.study.config import UNFINGERPRINTED
 from tuner.study.loader import load_study
 from tuner.trial.optimize import OptimizeOptions, StudyRunner
 
@@ -43,7 +42,7 @@ def test_a_study_scored_by_an_older_tuner_is_refused(tmp_path: Path) -> None:
     config = load_study(study)
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'old.db'}")
     old = optuna.create_study(study_name=config.name, storage=storage, direction="maximize")
-    settings = config.model_dump(mode="json", exclude=set(UNFINGERPRINTED))
+    settings = config.fingerprinted_settings()
     old.set_user_attr("fingerprint", store.fingerprint(settings))
     with pytest.raises(UserError, match=r"scored by an older tuner .* fix: give the study a new name"):
         _join(study, storage)

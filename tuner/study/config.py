@@ -398,6 +398,13 @@ class StudyConfig(StrictModel):
     def experiment_name(self) -> str:
         return self.tracking.experiment or self.name
 
+    def fingerprinted_settings(self) -> dict[str, Any]:
+        """What a study's fingerprint hashes: the settings that change what a trial measures."""
+        settings = self.model_dump(mode="json", exclude=set(UNFINGERPRINTED))
+        if not self.target.env:  # studies made before target.env keep their fingerprint
+            del settings["target"]["env"]
+        return settings
+
     def speculative_candidates(self) -> list[Candidate]:
         return [c for c in self.candidates if rules(c.method).speculates]
 

@@ -25,7 +25,7 @@ from tuner.errors import UserError
 from tuner.redaction import mask_url, redact
 from tuner.results import store
 from tuner.results.tracking import Tracker
-from tuner.study.config import UNFINGERPRINTED, StudyConfig
+from tuner.study.config import StudyConfig
 from tuner.study.prompts import load_prompts
 from tuner.study.space import baseline_params, first_trial_params, grid
 from tuner.trial.coordination import Heartbeat, study_lock
@@ -149,9 +149,7 @@ class StudyRunner:
             direction="maximize",
             load_if_exists=True,
         )
-        settings = cfg.model_dump(mode="json", exclude=set(UNFINGERPRINTED))
-        if not cfg.target.env:  # studies made before target.env keep their fingerprint
-            del settings["target"]["env"]
+        settings = cfg.fingerprinted_settings()
         legacy = store.fingerprint(settings)  # studies made before scores were per-level speedups
         # The prompts' content, not their path: workers on other hosts have other checkout paths.
         settings["workload"]["prompts"] = hashlib.sha256(cfg.workload.prompts.read_bytes()).hexdigest()
