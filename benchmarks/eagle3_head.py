@@ -9,7 +9,14 @@ acceptance length = 1 + accepted / drafts, per-position rate = accepted at posit
 ``widen-check`` builds a small widened target (tuner/models/wide.py with a smaller WideShape) and the
 widened head (tuner/models/eagle3_wide.py), and measures the pair against the 135M and the small head at
 one k: the same function, so the same greedy tokens and the same acceptance, float32 on CPU.
-Prints a table and writes JSON under benchmarks/results/eagle3-head-20261204/.
+``--train-heldout N`` adds a prompt set from the head's own training prompt builder
+(tuner.models.eagle3_prompts.build_prompts, the recipe's seed): the first N unique prompts after the
+recipe's ``prompts`` (never generated, so never trained on); ``--train-seen N`` adds the first N of the
+generated ones (about two thirds of them trained on). Acceptance there, against the trainer's
+validation accuracy, tells a distribution shift from a loading bug. ``--trainer-val RESPONSES`` adds the
+trainer's own validation prompts: the last (1 - train ratio) of the recipe's ``sequences`` shortest rows of
+that run's responses.jsonl (tuner.models.eagle3_data.select_shortest, speculators' split).
+Prints a table and writes JSON under benchmarks/results/<--out-dir>/.
 Measuring on the study prompts is fine; training on them is not (tuner/models/eagle3_prompts.py).
 """
 
@@ -26,7 +33,8 @@ from typing import Any
 
 from benchmarks.common import git_revision, machine, print_table
 
-OUT_DIR = Path(__file__).resolve().parent / "results" / "eagle3-head-20261204"
+RESULTS = Path(__file__).resolve().parent / "results"
+OUT_DIR = RESULTS / "eagle3-head-20261204"
 PROMPTS = ["studies/prompts/smollm2-demo.jsonl", "studies/prompts/wide-h200.jsonl"]
 
 
@@ -38,6 +46,35 @@ def load_prompts(files: list[str]) -> list[list[dict[str, str]]]:
             if line.strip():
                 out.append(json.loads(line)["messages"])
     return out
+
+
+def training_prompts(recipe_prompts: int, seed: int, skip: int, n: int) -> list[list[dict[str, str]]]:
+    """Unique prompts ``skip`` to ``skip + n`` of the training builder's stream (build_head's dedup: the
+    stream is prefix-stable, so the first ``recipe_prompts`` unique ones are the generated ones)."""
+    from tuner.models.eagle3_prompts import build_prompts
+
+    seen: set[str] = set()
+    unique: list[list[dict[str, str]]] = []
+    size = max(2 * recipe_prompts, 2 * (skip + n))
+    while len(unique) < skip + n:
+        seen.clear()
+        unique.clear()
+        for p in build_prompts(size, seed=seed):
+            if p[0]["content"] not in seen:
+                seen.add(p[0]["content"])
+                unique.append(p)
+        size *= 2
+    return unique[skip : skip + n]
+
+
+def trainer_val_prompts(responses: Path, n_generated: int, seed: int, sequences: int, ratio: float = 0.95) -> list:
+    """The prompts of speculators' validation split for a run whose answers are in ``responses``."""
+    from tuner.models.eagle3_data import read_responses, seq_len
+
+    rows = read_responses(responses)
+    keep = sorted(sorted(range(len(rows)), key=lambda i: (seq_len(rows[i]), i))[:sequences])
+    prompts = training_prompts(n_generated, seed, 0, n_generated)
+    return [prompts[i] for i in keep[int(len(keep) * ratio) :]]
 
 
 def run_engine(
@@ -83,11 +120,11 @@ def _row(name: str, r: dict[str, Any]) -> list[Any]:
 STARTED = dt.datetime.now().strftime("%Y%m%d-%H%M%S")  # one file per run, rewritten after every k
 
 
-def _write(kind: str, payload: dict[str, Any]) -> Path:
+def _write(kind: str, payload: dict[str, Any], out_dir: Path = OUT_DIR) -> Path:
     import vllm
 
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / f"{kind}-{STARTED}.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{kind}-{STARTED}.json"
     payload = {
         "benchmark": f"eagle3-head {kind}",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
@@ -107,6 +144,16 @@ def measure(args: argparse.Namespace) -> None:
     marker = Path(args.head) / "specdec-tuner.json"
     head_info = json.loads(marker.read_text()) if marker.is_file() else {}
     prompt_sets = {Path(f).stem: load_prompts([f]) for f in args.prompts}
+    recipe = head_info.get("result", {}).get("recipe", {})
+    n_generated, seed = int(recipe.get("prompts", 600)), int(recipe.get("seed", 0))
+    if args.train_heldout:
+        prompt_sets["train-heldout"] = training_prompts(n_generated, seed, n_generated, args.train_heldout)
+    if args.train_seen:
+        prompt_sets["train-seen"] = training_prompts(n_generated, seed, 0, args.train_seen)
+    if args.trainer_val:
+        prompt_sets["trainer-val"] = trainer_val_prompts(
+            Path(args.trainer_val), n_generated, seed, int(recipe.get("sequences", 400))
+        )
     headers = ["prompts", "k", "drafts", "acceptance length", "acceptance rate", "per position"]
     results = []
     for k in args.k:
@@ -115,8 +162,9 @@ def measure(args: argparse.Namespace) -> None:
             results.append(r)
             print_table(headers, [[r["prompts"], *_row("", r)[1:]]])
             payload = {"target": target, "head": args.head, "head_info": head_info,
-                       "max_tokens": args.max_tokens, "dtype": args.dtype, "results": results}
-            path = _write("measure", payload)  # after every k: a cut-short run keeps what it measured
+                       "max_tokens": args.max_tokens, "dtype": args.dtype,
+                       "prompt_counts": {k: len(v) for k, v in prompt_sets.items()}, "results": results}
+            path = _write("measure", payload, RESULTS / args.out_dir)  # after every k: a cut-short run keeps what it measured
     print()
     print_table(headers, [[r["prompts"], *_row("", r)[1:]] for r in results])
     print(f"wrote {path}")
@@ -155,9 +203,13 @@ def main() -> None:
     m.add_argument("--head", required=True)
     m.add_argument("--target")
     m.add_argument("--k", type=int, nargs="+", default=[2, 3, 4, 5, 6])
-    m.add_argument("--prompts", nargs="+", default=PROMPTS)
+    m.add_argument("--prompts", nargs="*", default=PROMPTS)
     m.add_argument("--max-tokens", type=int, default=96)
     m.add_argument("--dtype", default="float32")
+    m.add_argument("--train-heldout", type=int, default=0, help="held-out prompts of the training builder")
+    m.add_argument("--train-seen", type=int, default=0, help="generated (mostly trained-on) prompts")
+    m.add_argument("--trainer-val", help="a training run's responses.jsonl: add its validation split's prompts")
+    m.add_argument("--out-dir", default=OUT_DIR.name, help="folder under benchmarks/results")
     w = sub.add_parser("widen-check")
     w.add_argument("--head", required=True)
     w.add_argument("--k", type=int, default=3)
