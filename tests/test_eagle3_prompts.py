@@ -51,3 +51,22 @@ def test_select_shortest_keeps_order_and_breaks_ties_by_position() -> None:
     kept = select_shortest(rows, 3)
     assert [len(r["prompt_ids"]) for r in kept] == [2, 2, 1]
     assert select_shortest(rows, None) == rows
+
+
+def test_unique_prompts_keep_the_cpu_recipes_600_and_reach_the_gpu_recipes_count() -> None:
+    """build_head took the distinct prompts of build_prompts(2 n): enough for 600, not for the GPU's 4,000."""
+    from tuner.models.eagle3_prompts import unique_prompts
+
+    class GPU_RECIPE:
+        prompts = 4000
+
+    seen: set[str] = set()
+    old: list[str] = []
+    for t in _texts(build_prompts(1200, seed=0)):
+        if t not in seen and len(old) < 600:
+            seen.add(t)
+            old.append(t)
+    assert _texts(unique_prompts(600, seed=0)) == old
+    many = _texts(unique_prompts(GPU_RECIPE.prompts, seed=0))
+    assert len(many) == len(set(many)) == GPU_RECIPE.prompts
+    assert len(set(_texts(build_prompts(2 * GPU_RECIPE.prompts, seed=0)))) < GPU_RECIPE.prompts

@@ -59,16 +59,11 @@ def _in_train_env(python: Path, args: list[str], log: Callable[[str], object]) -
 def build_head(target: Path, dst: Path, work: Path, recipe: HeadRecipe, log: Callable[[str], object]) -> dict[str, object]:
     """Generate, extract and train in ``work`` (each step resumable); copy the last epoch's head to ``dst``."""
     from tuner.models.eagle3_data import generate
-    from tuner.models.eagle3_prompts import build_prompts
+    from tuner.models.eagle3_prompts import unique_prompts
 
     python = train_python()
     work.mkdir(parents=True, exist_ok=True)
-    seen: set[str] = set()
-    prompts: list[list[dict[str, str]]] = []
-    for p in build_prompts(recipe.prompts * 2, seed=recipe.seed):
-        if p[0]["content"] not in seen and len(prompts) < recipe.prompts:
-            seen.add(p[0]["content"])
-            prompts.append(p)
+    prompts = unique_prompts(recipe.prompts, seed=recipe.seed)
     generate(target, prompts, work, recipe.max_tokens, recipe.seed, log)
     data = work / "data"
     _in_train_env(

@@ -136,3 +136,23 @@ def build_prompts(n: int, seed: int = 0, code_share: float = 0.7) -> list[list[d
             text = rng.choice(CHAT_TASKS).format(topic=rng.choice(TOPICS))
         prompts.append([{"role": "user", "content": text}])
     return prompts
+
+
+def unique_prompts(n: int, seed: int = 0) -> list[list[dict[str, str]]]:
+    """The first ``n`` distinct prompts of ``build_prompts``'s stream (prefix-stable: the first 600 are the
+    CPU recipe's). The stream repeats itself more and more (323 snippets x 16 tasks + the chat tasks: about
+    5,400 distinct prompts; 4,000 take some 11,000 draws), so it is drawn until ``n`` distinct ones came,
+    and a request beyond what it can give is an error rather than a smaller set."""
+    size = 2 * n
+    while True:
+        seen: set[str] = set()
+        out: list[list[dict[str, str]]] = []
+        for p in build_prompts(size, seed=seed):
+            if p[0]["content"] not in seen:
+                seen.add(p[0]["content"])
+                out.append(p)
+                if len(out) == n:
+                    return out
+        if size >= 64 * n:
+            raise ValueError(f"the training prompt builder gives only {len(out)} distinct prompts, not {n}")
+        size *= 4
