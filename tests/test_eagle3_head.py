@@ -33,3 +33,56 @@ def test_exported_head_leaves_the_embeddings_to_the_target(tmp_path: Path) -> No
     export_head(ckpt, dst)
     assert sorted(p.name for p in dst.iterdir()) == ["config.json", "model.safetensors"]
     assert sorted(load_file(str(dst / "model.safetensors"))) == ["d2t", "fc.weight"]
+
+
+def test_cpu_recipe_and_train_flags_are_the_cached_heads() -> None:
+    """--device cpu (the default) keeps the recipe and speculators flags the cached head was trained with."""
+    from tuner.models.eagle3 import HeadRecipe, recipe_for, train_args
+
+    assert recipe_for("cpu") == HeadRecipe()
+    args = train_args(Path("/t"), Path("/d"), Path("/c"), recipe_for("cpu"))
+    assert args[9:] == [
+        "--draft-attn-impl=sdpa",
+        "--loss-implementation=eager",
+        "--optimizer=adamw",
+        "--hidden-states-dtype=float32",
+        "--num-workers=0",
+        "--full-attention-indices",
+        "0",
+        "--train-data-ratio=0.95",
+    ]
+
+
+def test_gpu_recipe_trains_on_all_its_sequences_in_bfloat16_with_a_step_cap(tmp_path: Path) -> None:
+    from tuner.models.eagle3 import GPU_RECIPE, extract_args, recipe_for, train_args, work_dir
+
+    recipe = recipe_for("cuda")
+    assert recipe is GPU_RECIPE and recipe.device == "cuda" and recipe.dtype == "bfloat16"
+    assert recipe.sequences == recipe.prompts > 600 and recipe.max_steps
+    args = train_args(Path("/t"), Path("/d"), Path("/c"), recipe)
+    assert "--draft-attn-impl=sdpa" not in args and "--loss-implementation=eager" not in args
+    assert "--hidden-states-dtype=bfloat16" in args and f"--max-steps={recipe.max_steps}" in args
+    assert f"--total-seq-len={recipe.total_seq_len}" in args and "--num-workers=0" not in args
+    assert extract_args(Path("/t"), tmp_path, recipe)[-3:] == ["32", "cuda", "bfloat16"]
+    assert work_dir(tmp_path, recipe) != work_dir(tmp_path, recipe_for("cpu")) == tmp_path / "eagle3-work"
+    with pytest.raises(ValueError):
+        recipe_for("tpu")
+
+
+def test_prepare_demo_takes_the_device(monkeypatch) -> None:
+    from tuner.cli import build_parser
+
+    args = build_parser().parse_args(["models", "prepare-demo", "--eagle3", "--device", "cuda"])
+    assert args.device == "cuda" and args.eagle3
+    assert build_parser().parse_args(["models", "prepare-demo"]).device == "cpu"
+
+
+def test_training_steps_keep_the_callers_pythonpath() -> None:
+    """On the GPU hosts torch, vLLM and speculators live in a PYTHONPATH folder (/tmp/site): the training
+    steps must see it behind the tuner's root, not instead of it."""
+    from tuner.models.eagle3 import train_env
+
+    root = str(Path(__file__).resolve().parents[1])
+    assert train_env({"PYTHONPATH": "/tmp/site"})["PYTHONPATH"].split(":") == [root, "/tmp/site"]
+    assert train_env({})["PYTHONPATH"] == root
+    assert train_env({"PYTHONPATH": "/tmp/site"})["OMP_NUM_THREADS"] == "1"

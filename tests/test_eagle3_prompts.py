@@ -55,10 +55,8 @@ def test_select_shortest_keeps_order_and_breaks_ties_by_position() -> None:
 
 def test_unique_prompts_keep_the_cpu_recipes_600_and_reach_the_gpu_recipes_count() -> None:
     """build_head took the distinct prompts of build_prompts(2 n): enough for 600, not for the GPU's 4,000."""
+    from tuner.models.eagle3 import GPU_RECIPE
     from tuner.models.eagle3_prompts import unique_prompts
-
-    class GPU_RECIPE:
-        prompts = 4000
 
     seen: set[str] = set()
     old: list[str] = []

@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also train the EAGLE-3 head for the 135M on CPU (needs the training environment, "
         "requirements/eagle3-train.txt; kept once built); with --wide, widen it for the wide target",
     )
+    prep.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="with --eagle3: where the head's data is generated and the head trained; cuda takes the GPU "
+        "recipe (4,000 prompts, 6 epochs; about 12 minutes on one H200) instead of the CPU one",
+    )
 
     pair = sub.add_parser("check-pair", help="check that a draft model can serve a target model")
     pair.add_argument("--target", required=True)
@@ -263,7 +270,11 @@ def cmd_models(args: argparse.Namespace) -> int:
     from tuner.models.demo import prepare_demo
 
     models = prepare_demo(
-        force=args.force, log=lambda m: print(m, file=sys.stderr), wide=args.wide, eagle3=args.eagle3
+        force=args.force,
+        log=lambda m: print(m, file=sys.stderr),
+        wide=args.wide,
+        eagle3=args.eagle3,
+        device=args.device,
     )
     print(models.target)
     for path in [*models.drafts.values(), *(models.wide or {}).values(), *(models.heads or {}).values()]:

@@ -103,31 +103,38 @@ def _mark_complete(path: Path, info: dict[str, object]) -> None:
 
 
 def prepare_demo(
-    force: bool = False, log: Callable[[str], object] = print, wide: bool = False, eagle3: bool = False
+    force: bool = False,
+    log: Callable[[str], object] = print,
+    wide: bool = False,
+    eagle3: bool = False,
+    device: str = "cpu",
 ) -> DemoModels:
     """Idempotent: checkpoints already prepared are kept. ``wide`` adds the 7B-class target and its mid draft;
-    ``eagle3`` the EAGLE-3 head for the 135M (and, with ``wide``, the same head widened for the wide target)."""
+    ``eagle3`` the EAGLE-3 head for the 135M (and, with ``wide``, the same head widened for the wide target),
+    trained with ``device``'s recipe (tuner.models.eagle3.recipe_for)."""
     target = demo_path(TARGET_NAME)
     drafts = {n: demo_path(draft_name(n)) for n in DRAFT_LAYERS}
     todo = [p for p in [target, *drafts.values()] if force or not _is_complete(p)]
     if todo:
         _prepare_small(target, drafts, log)
     wide_paths = _prepare_wide(target, force, log) if wide else None
-    heads = _prepare_heads(target, force, wide, log) if eagle3 else None
+    heads = _prepare_heads(target, force, wide, log, device) if eagle3 else None
     if not todo and not wide and not eagle3:
         log(f"demo models ready under {cache_root()}")
     return DemoModels(target, drafts, wide_paths, heads)
 
 
-def _prepare_heads(target: Path, force: bool, wide: bool, log: Callable[[str], object]) -> dict[str, Path]:
-    from tuner.models.eagle3 import HeadRecipe, build_head
+def _prepare_heads(
+    target: Path, force: bool, wide: bool, log: Callable[[str], object], device: str = "cpu"
+) -> dict[str, Path]:
+    from tuner.models.eagle3 import build_head, recipe_for, work_dir
 
     small = demo_path(EAGLE3_NAME)
     paths = {EAGLE3_NAME: small}
     if force or not _is_complete(small):
-        recipe = HeadRecipe()
-        work = cache_root().parent / "eagle3-work"
-        log(f"training the EAGLE-3 head for {TARGET_NAME} on CPU (work files under {work}) -> {small}")
+        recipe = recipe_for(device)
+        work = work_dir(cache_root().parent, recipe)
+        log(f"training the EAGLE-3 head for {TARGET_NAME} on {device} (work files under {work}) -> {small}")
         _build_atomically(small, lambda tmp: build_head(target, tmp, work, recipe, log), {})
     if wide:
         from tuner.models.eagle3_wide import widen_head

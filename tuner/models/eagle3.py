@@ -3,7 +3,10 @@
 ``prepare-demo --eagle3`` builds ``SmolLM2-135M-Instruct-eagle3`` from a seed: prompts from the Python
 standard library (tuner.models.eagle3_prompts), the target's greedy answers through vLLM, its hidden
 states (tuner.models.eagle3_data), then speculators 0.9.0's EAGLE-3 trainer in its own environment
-(requirements/eagle3-train.txt; tuner.models.eagle3_train). ``--wide --eagle3`` widens that head for the
+(requirements/eagle3-train.txt; tuner.models.eagle3_train). ``--device cuda`` runs the three steps on a GPU
+with a larger recipe (GPU_RECIPE; on the offline GPU hosts the training Python is the bundle's: speculators
+0.9.0, hs-connectors 0.9.0, datasets 5.1.0 and multiprocess 0.70.19 installed beside it with --no-deps,
+and $SPECDEC_TUNER_TRAIN_PYTHON pointing at that python3). ``--wide --eagle3`` widens that head for the
 wide target (tuner.models.eagle3_wide): no GPU training, the wide target computes the 135M's function.
 Both are cached beside the other demo models; weights are never committed.
 """
@@ -33,6 +36,41 @@ class HeadRecipe:
     epochs: int = 2
     lr: float = 1e-3
     total_seq_len: int = 2048
+    device: str = "cpu"  # where generation, extraction and training run: "cpu" or "cuda"
+    dtype: str = "float32"  # the target's dtype for generation and extraction
+    max_steps: int | None = None  # a cap on optimizer steps (the GPU recipe's time guard)
+
+
+# One H200, about 10-12 minutes for the three steps (benchmarks/results/eagle3-head-20261205/README.md):
+# 4,000 prompts (most of what the prompt builder gives) answered to 256 tokens, all trained on, 6 epochs of
+# 8,192-token packs in bfloat16, as the H200 studies run the target. A 32,768-token draft vocabulary: with
+# 8,192 only 90% of the study prompts' answer tokens (74% of 3-token windows) can be drafted at all; the
+# head's lm_head is the target's, frozen, so a larger one costs no training.
+GPU_RECIPE = HeadRecipe(
+    prompts=4000,
+    max_tokens=256,
+    sequences=4000,
+    draft_vocab_size=32768,
+    epochs=6,
+    total_seq_len=8192,
+    device="cuda",
+    dtype="bfloat16",
+    max_steps=1500,
+)
+DEVICES = ("cpu", "cuda")
+
+
+def recipe_for(device: str) -> HeadRecipe:
+    """The CPU recipe (the cached head's, unchanged) or the GPU one."""
+    if device not in DEVICES:
+        raise ValueError(f"device {device!r}: one of {', '.join(DEVICES)}")
+    return GPU_RECIPE if device == "cuda" else HeadRecipe()
+
+
+def work_dir(root: Path, recipe: HeadRecipe) -> Path:
+    """The resumable work files' folder: one per recipe device, so that a GPU build never resumes from the
+    CPU recipe's answers and hidden states (each step keeps a file that is already there)."""
+    return root / ("eagle3-work" if recipe.device == "cpu" else f"eagle3-work-{recipe.device}")
 
 
 def train_python() -> Path:
@@ -50,8 +88,16 @@ def train_python() -> Path:
     return path
 
 
+def train_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The training steps' environment: the tuner's root first on PYTHONPATH, the caller's entries kept (the
+    GPU hosts' offline bundle is a PYTHONPATH folder, /tmp/site, holding torch, vLLM and speculators)."""
+    environ = dict(os.environ if environ is None else environ)
+    paths = [str(Path(__file__).resolve().parents[2]), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return dict(environ, PYTHONPATH=os.pathsep.join(paths), OMP_NUM_THREADS="1")
+
+
 def _in_train_env(python: Path, args: list[str], log: Callable[[str], object]) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), OMP_NUM_THREADS="1")
+    env = train_env()
     log(" ".join([python.name, *args]))
     subprocess.run([str(python), *args], check=True, env=env)
 
@@ -64,27 +110,33 @@ def build_head(target: Path, dst: Path, work: Path, recipe: HeadRecipe, log: Cal
     python = train_python()
     work.mkdir(parents=True, exist_ok=True)
     prompts = unique_prompts(recipe.prompts, seed=recipe.seed)
-    generate(target, prompts, work, recipe.max_tokens, recipe.seed, log)
+    generate(target, prompts, work, recipe.max_tokens, recipe.seed, log, device=recipe.device, dtype=recipe.dtype)
     data = work / "data"
-    _in_train_env(
-        python,
-        [
-            "-c",
-            "import sys; from pathlib import Path; from tuner.models.eagle3_data import extract, token_frequencies; "
-            "w, t, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]); "
-            "extract(t, w / 'responses.jsonl', w / 'data', batch=4, limit=n); "
-            "token_frequencies(w / 'responses.jsonl', 49152, w / 'data' / 'token_freq.pt', limit=n)",
-            str(work),
-            str(target),
-            str(recipe.sequences),
-        ],
-        log,
-    )
+    _in_train_env(python, extract_args(target, work, recipe), log)
     ckpt = work / "checkpoints"
     _in_train_env(python, ["-m", "tuner.models.eagle3_train", *train_args(target, data, ckpt, recipe)], log)
     last = max((p for p in ckpt.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
     export_head(last, dst)
     return {"recipe": asdict(recipe), "epoch": int(last.name)}
+
+
+def extract_args(target: Path, work: Path, recipe: HeadRecipe) -> list[str]:
+    """The extraction step, run in the training environment (transformers; batch 4 on CPU, 32 on a GPU)."""
+    batch = 32 if recipe.device == "cuda" else 4
+    return [
+        "-c",
+        "import sys; from pathlib import Path; from tuner.models.eagle3_data import extract, token_frequencies; "
+        "w, t, n, b, d, dt = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), "
+        "sys.argv[5], sys.argv[6]; "
+        "extract(t, w / 'responses.jsonl', w / 'data', batch=b, limit=n, device=d, dtype=dt); "
+        "token_frequencies(w / 'responses.jsonl', 49152, w / 'data' / 'token_freq.pt', limit=n)",
+        str(work),
+        str(target),
+        str(recipe.sequences),
+        str(batch),
+        recipe.device,
+        recipe.dtype,
+    ]
 
 
 def export_head(checkpoint: Path, dst: Path) -> None:
@@ -103,10 +155,12 @@ def export_head(checkpoint: Path, dst: Path) -> None:
 
 
 def train_args(target: Path, data: Path, ckpt: Path, recipe: HeadRecipe) -> list[str]:
-    """speculators 0.9.0 train flags; the CPU-only ones: sdpa attention, eager loss (no Triton), AdamW and
-    float32 (Muon's Newton-Schulz and autocast run in bfloat16, which CPUs without bf16 units emulate slowly),
-    no data-loader workers, one full-attention layer (vLLM's CPU attention runs it without a window)."""
-    return [
+    """speculators 0.9.0 train flags. On CPU: sdpa attention, eager loss (no Triton), AdamW and float32 (Muon's
+    Newton-Schulz and autocast run in bfloat16, which CPUs without bf16 units emulate slowly), no data-loader
+    workers. On a GPU: speculators' own flex attention and fused loss, bfloat16, 8 loader workers, AdamW
+    (the CPU head's optimizer, so the two recipes differ in data and steps only). Both: one full-attention
+    layer (vLLM's attention runs the head without a window), a 5% validation split."""
+    args = [
         f"--verifier-name-or-path={target}",
         f"--data-path={data}",
         f"--save-path={ckpt}",
@@ -116,12 +170,17 @@ def train_args(target: Path, data: Path, ckpt: Path, recipe: HeadRecipe) -> list
         f"--lr={recipe.lr}",
         f"--seed={recipe.seed}",
         f"--total-seq-len={recipe.total_seq_len}",
-        "--draft-attn-impl=sdpa",
-        "--loss-implementation=eager",
-        "--optimizer=adamw",
-        "--hidden-states-dtype=float32",
-        "--num-workers=0",
-        "--full-attention-indices",
-        "0",
-        "--train-data-ratio=0.95",
     ]
+    if recipe.device == "cpu":
+        args += [
+            "--draft-attn-impl=sdpa",
+            "--loss-implementation=eager",
+            "--optimizer=adamw",
+            "--hidden-states-dtype=float32",
+            "--num-workers=0",
+        ]
+    else:
+        args += ["--optimizer=adamw", "--hidden-states-dtype=bfloat16", "--num-workers=8"]
+    if recipe.max_steps is not None:
+        args.append(f"--max-steps={recipe.max_steps}")
+    return [*args, "--full-attention-indices", "0", "--train-data-ratio=0.95"]
