@@ -1126,6 +1126,51 @@ def t_eagle3_head(doc: Path) -> str:
             head = ["prompts", "k", "acceptance length", "acceptance per position", "drafts"]
             out.append(table(head, [r for _, _, r in sorted(rows, key=lambda x: (x[0], x[1]))]))
             out.append(_source([f"{len(cmds)} file(s): " + "; ".join(cmds)]))
+        rows2, cmds2 = [], []
+        for path in sorted(folder.glob("offline-*.json")):
+            d = _json(path)
+            cmds2.append(f"`{_cmd(d['command'])}` ({_link(path, doc)})")
+            for name, r in d["results"].items():
+                rows2.append(
+                    [
+                        name,
+                        str(d["k"]),
+                        f"{_n(r['positions'])}",
+                        _rates(r["full_acc"]),
+                        _rates(r["full_acc_restricted"]),
+                        f"{r['coverage']:.3f}",
+                    ]
+                )
+        if rows2:
+            head = [
+                "sequences",
+                "k",
+                "answer positions",
+                "acceptance per position (every position)",
+                "the trainer's metric (draft vocabulary)",
+                "answer tokens in the draft vocabulary",
+            ]
+            out.append(table(head, rows2))
+            out.append(_source([f"{len(cmds2)} file(s), the head without vLLM: " + "; ".join(cmds2)]))
+        for path in sorted(folder.glob("limits-*.json")):
+            d = _json(path)
+            lk, cov = d["leak"], d["coverage"]["by_vocab_size"]
+            sets = list(next(iter(cov.values())))
+            head = ["draft vocabulary", *[f"{s}: tokens / 3-token windows inside" for s in sets]]
+            rows3 = [
+                [f"{int(v):,}", *[f"{cov[v][s]['in_vocab']:.3f} / {cov[v][s]['3_windows_in_vocab']:.3f}" for s in sets]]
+                for v in cov
+            ]
+            out.append(table(head, rows3))
+            out.append(
+                f"Validation leak ({_link(path, doc)}, {d['date'][:10]}): of the trainer's validation split's "
+                f"{_n(lk['seen']['positions'] + lk['unseen']['positions'])} answer positions, "
+                f"{_n(lk['seen']['positions'])} draft a token whose {lk['ngram']}-gram is in the training split's "
+                f"answers (first-position acceptance {lk['seen']['acc0']:.2f}); the other "
+                f"{_n(lk['unseen']['positions'])}: {lk['unseen']['acc0']:.2f}. The draft vocabulary above is picked "
+                f"from the training answers' {_n(d['coverage']['distinct_answer_tokens'])} distinct tokens, then "
+                f"unseen ids in id order; command: `{_cmd(d['command'])}`."
+            )
         for path in sorted(folder.glob("widen-check-*.json")):
             d = _json(path)
             small, wide = d["small"]["stats"], d["wide"]["stats"]

@@ -41,7 +41,7 @@ class HeadRecipe:
     max_steps: int | None = None  # a cap on optimizer steps (the GPU recipe's time guard)
 
 
-# One H200, about 10-12 minutes for the three steps (benchmarks/results/eagle3-head-20261205/README.md):
+# One H200, about 10-12 minutes for the three steps (docs/benchmarks.md, "The GPU recipe"):
 # 4,000 prompts (most of what the prompt builder gives) answered to 256 tokens, all trained on, 6 epochs of
 # 8,192-token packs in bfloat16, as the H200 studies run the target. A 32,768-token draft vocabulary: with
 # 8,192 only 90% of the study prompts' answer tokens (74% of 3-token windows) can be drafted at all; the
