@@ -77,6 +77,11 @@ tmp=$(mktemp -d "$out/tmp.XXXX"); trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_18_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d "$tmp/add/wh" "nvidia-nccl-cu13==${NCCL_VERSION:-2.29.7}"
+# The EAGLE-3 trainer (prepare-demo --eagle3 --device cuda): four small wheels, about 1 MB
+# (requirements/eagle3-train-gpu.txt says why these four).
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_18_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d "$tmp/add/wh" -r "$repo/requirements/eagle3-train-gpu.txt"
 cat "$out"/parts/p*/part.* > "$tmp/bundle.tar"
 (cd "$tmp/add" && tar rf "$tmp/bundle.tar" ./wh/*.whl)
 rm -rf "$out/parts"; mkdir -p "$out/parts"

@@ -6,7 +6,7 @@ states (tuner.models.eagle3_data), then speculators 0.9.0's EAGLE-3 trainer in i
 (requirements/eagle3-train.txt; tuner.models.eagle3_train). ``--device cuda`` runs the three steps on a GPU
 with a larger recipe (GPU_RECIPE; on the offline GPU hosts the training Python is the bundle's: speculators
 0.9.0, hs-connectors 0.9.0, datasets 5.1.0 and multiprocess 0.70.19 installed beside it with --no-deps,
-and $SPECDEC_TUNER_TRAIN_PYTHON pointing at that python3). ``--wide --eagle3`` widens that head for the
+requirements/eagle3-train-gpu.txt, and $SPECDEC_TUNER_TRAIN_PYTHON pointing at that python3). ``--wide --eagle3`` widens that head for the
 wide target (tuner.models.eagle3_wide): no GPU training, the wide target computes the 135M's function.
 Both are cached beside the other demo models; weights are never committed.
 """
