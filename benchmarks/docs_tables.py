@@ -1111,9 +1111,10 @@ def t_eagle3_head(doc: Path) -> str:
                 st = r["stats"]
                 rows.append(
                     (
-                        r["prompts"],
+                        f"{r['prompts']} {Path(d['head']).name}",
                         r["k"],
                         [
+                            Path(d["head"]).name,
                             r["prompts"],
                             str(r["k"]),
                             f"{st['mean_acceptance_length']:.3f}",
@@ -1123,7 +1124,7 @@ def t_eagle3_head(doc: Path) -> str:
                     )
                 )
         if rows:
-            head = ["prompts", "k", "acceptance length", "acceptance per position", "drafts"]
+            head = ["head", "prompts", "k", "acceptance length", "acceptance per position", "drafts"]
             out.append(table(head, [r for _, _, r in sorted(rows, key=lambda x: (x[0], x[1]))]))
             out.append(_source([f"{len(cmds)} file(s): " + "; ".join(cmds)]))
         rows2, cmds2 = [], []
