@@ -48,23 +48,24 @@ def load_prompts(files: list[str]) -> list[list[dict[str, str]]]:
     return out
 
 
-def training_prompts(recipe_prompts: int, seed: int, skip: int, n: int) -> list[list[dict[str, str]]]:
-    """Unique prompts ``skip`` to ``skip + n`` of the training builder's stream (build_head's dedup: the
-    stream is prefix-stable, so the first ``recipe_prompts`` unique ones are the generated ones)."""
-    from tuner.models.eagle3_prompts import build_prompts
+def training_prompts(seed: int, skip: int, n: int) -> list[list[dict[str, str]]]:
+    """Unique prompts ``skip`` to ``skip + n`` of the training builder's stream (the stream is prefix-stable,
+    so the first ``prompts`` of a recipe are the generated ones)."""
+    from tuner.models.eagle3_prompts import unique_prompts
 
-    seen: set[str] = set()
-    unique: list[list[dict[str, str]]] = []
-    size = max(2 * recipe_prompts, 2 * (skip + n))
-    while len(unique) < skip + n:
-        seen.clear()
-        unique.clear()
-        for p in build_prompts(size, seed=seed):
-            if p[0]["content"] not in seen:
-                seen.add(p[0]["content"])
-                unique.append(p)
-        size *= 2
-    return unique[skip : skip + n]
+    return unique_prompts(skip + n, seed)[skip:]
+
+
+def builder_prompt_sets(recipe: dict[str, Any], heldout: int, seen: int) -> dict[str, list[Any]]:
+    """``train-heldout`` (the first prompts after the recipe's generated ones) and ``train-seen`` (the first
+    generated ones), each only when asked for."""
+    n_generated, seed = int(recipe.get("prompts", 600)), int(recipe.get("seed", 0))
+    sets: dict[str, list[Any]] = {}
+    if heldout:
+        sets["train-heldout"] = training_prompts(seed, n_generated, heldout)
+    if seen:
+        sets["train-seen"] = training_prompts(seed, 0, seen)
+    return sets
 
 
 def trainer_val_prompts(responses: Path, n_generated: int, seed: int, sequences: int, ratio: float = 0.95) -> list:
@@ -73,7 +74,7 @@ def trainer_val_prompts(responses: Path, n_generated: int, seed: int, sequences:
 
     rows = read_responses(responses)
     keep = sorted(sorted(range(len(rows)), key=lambda i: (seq_len(rows[i]), i))[:sequences])
-    prompts = training_prompts(n_generated, seed, 0, n_generated)
+    prompts = training_prompts(seed, 0, n_generated)
     return [prompts[i] for i in keep[int(len(keep) * ratio) :]]
 
 
@@ -146,10 +147,7 @@ def measure(args: argparse.Namespace) -> None:
     prompt_sets = {Path(f).stem: load_prompts([f]) for f in args.prompts}
     recipe = head_info.get("result", {}).get("recipe", {})
     n_generated, seed = int(recipe.get("prompts", 600)), int(recipe.get("seed", 0))
-    if args.train_heldout:
-        prompt_sets["train-heldout"] = training_prompts(n_generated, seed, n_generated, args.train_heldout)
-    if args.train_seen:
-        prompt_sets["train-seen"] = training_prompts(n_generated, seed, 0, args.train_seen)
+    prompt_sets.update(builder_prompt_sets(recipe, args.train_heldout, args.train_seen))
     if args.trainer_val:
         prompt_sets["trainer-val"] = trainer_val_prompts(
             Path(args.trainer_val), n_generated, seed, int(recipe.get("sequences", 400))

@@ -118,7 +118,7 @@ def main() -> None:
     leaked = leak(model, head, rows[:split], rows[split:])
     print(json.dumps(leaked))
     sets = {Path(f).stem: load_prompts([f]) for f in STUDY_SETS}
-    sets["train-heldout"] = training_prompts(600, 0, 600, args.heldout)
+    sets["train-heldout"] = training_prompts(0, 600, args.heldout)
     covered = coverage(model, tok, rows, sets, args.max_tokens)
     for v, per in covered["by_vocab_size"].items():
         print(v, "  ".join(f"{n}: {x['in_vocab']:.3f} / {x['3_windows_in_vocab']:.3f}" for n, x in per.items()))

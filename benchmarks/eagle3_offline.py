@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import git_revision, machine, print_table
-from benchmarks.eagle3_head import RESULTS, load_prompts, training_prompts
+from benchmarks.eagle3_head import RESULTS, builder_prompt_sets, load_prompts
 
 
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -157,11 +157,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     sets: dict[str, list[Any]] = {Path(f).stem: load_prompts([f]) for f in args.prompts}
     marker = head_dir / "specdec-tuner.json"
     recipe = json.loads(marker.read_text()).get("result", {}).get("recipe", {}) if marker.is_file() else {}
-    n_gen, seed = int(recipe.get("prompts", 600)), int(recipe.get("seed", 0))
-    if args.train_heldout:
-        sets["train-heldout"] = training_prompts(n_gen, seed, n_gen, args.train_heldout)
-    if args.train_seen:
-        sets["train-seen"] = training_prompts(n_gen, seed, 0, args.train_seen)
+    sets.update(builder_prompt_sets(recipe, args.train_heldout, args.train_seen))
     if args.responses:
         from tuner.models.eagle3_data import read_responses, select_shortest
 
