@@ -1106,15 +1106,17 @@ def t_eagle3_head(doc: Path) -> str:
         rows, cmds = [], []
         for path in sorted(folder.glob("measure-*.json")):
             d = _json(path)
-            cmds.append(f"`{_cmd(d['command'])}` ({_link(path, doc)}, vLLM {d['machine']['vllm']}, {d['dtype']})")
+            where = f", {d['machine']['gpu']}" if d["machine"].get("gpu") else ", CPU"
+            cmds.append(f"`{_cmd(d['command'])}` ({_link(path, doc)}, vLLM {d['machine']['vllm']}{where}, {d['dtype']})")
+            label = d.get("head_label") or Path(d["head"]).name
             for r in d["results"]:
                 st = r["stats"]
                 rows.append(
                     (
-                        f"{r['prompts']} {Path(d['head']).name}",
+                        f"{r['prompts']} {label}",
                         r["k"],
                         [
-                            Path(d["head"]).name,
+                            label,
                             r["prompts"],
                             str(r["k"]),
                             f"{st['mean_acceptance_length']:.3f}",
