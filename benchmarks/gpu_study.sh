@@ -23,7 +23,7 @@
 # Every step appends its wall time to OUTDIR/timings.jsonl.
 #
 # Environment: PYTHON (python3), STUDY (studies/smollm2-h200.yaml), PREPARE_ARGS (e.g. --wide for
-# studies/wide-h200.yaml), N_TRIALS (default: the study's
+# studies/wide-h200.yaml), HEAD_FROM (benchmarks/gpu_head_bundle.sh's parts on the host), N_TRIALS (default: the study's
 # budget.trials), STUDY_TIME_LIMIT_S (whole seconds: the tuner's --timeout, so the study starts no trial it
 # expects to overrun them and exits 75; timeout(1) kills it 30 s later as a backstop; it resumes next time),
 # SPECDEC_TUNER_CACHE (default OUTDIR/cache), VLLM_CACHE_ROOT (default OUTDIR/vllm-cache, so a fresh
@@ -79,7 +79,15 @@ print(json.dumps(info))
 EOF
 }
 
-step_prepare() { "$PY" -m tuner models prepare-demo ${PREPARE_ARGS:-}; }
+step_prepare() {
+  # HEAD_FROM: a folder of benchmarks/gpu_head_bundle.sh parts (a head trained on an earlier machine).
+  local models=$SPECDEC_TUNER_CACHE/models
+  if [ -n "${HEAD_FROM:-}" ] && [ ! -f "$models/SmolLM2-135M-Instruct-eagle3/specdec-tuner.json" ]; then
+    mkdir -p "$models" && cat "$HEAD_FROM"/head.tar.* | tar xf - -C "$models" || return 1
+    echo "head from $HEAD_FROM: $(sha256sum "$models/SmolLM2-135M-Instruct-eagle3/model.safetensors" | cut -c1-16)"
+  fi
+  "$PY" -m tuner models prepare-demo ${PREPARE_ARGS:-}
+}
 
 step_study() {
   local args=(-m tuner optimize --study "$STUDY" --storage "$STORAGE" --tracking-uri "$TRACKING"

@@ -74,7 +74,7 @@ def test_prepare_demo_takes_the_device(monkeypatch) -> None:
 
     args = build_parser().parse_args(["models", "prepare-demo", "--eagle3", "--device", "cuda"])
     assert args.device == "cuda" and args.eagle3
-    assert build_parser().parse_args(["models", "prepare-demo"]).device == "cpu"
+    assert build_parser().parse_args(["models", "prepare-demo"]).device is None
 
 
 def test_training_steps_keep_the_callers_pythonpath() -> None:
@@ -86,3 +86,44 @@ def test_training_steps_keep_the_callers_pythonpath() -> None:
     assert train_env({"PYTHONPATH": "/tmp/site"})["PYTHONPATH"].split(":") == [root, "/tmp/site"]
     assert train_env({})["PYTHONPATH"] == root
     assert train_env({"PYTHONPATH": "/tmp/site"})["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_cached_head_is_kept_only_for_its_own_recipe(monkeypatch, tmp_path: Path) -> None:
+    """`prepare-demo --eagle3 --device cuda` after a CPU build must train the GPU recipe's head (and widen that
+    one), not hand back the CPU head; without --device, or with the same device, the cached head is kept."""
+    import tuner.models.eagle3 as eagle3
+    import tuner.models.eagle3_wide as eagle3_wide
+    from tuner.models import demo
+
+    monkeypatch.setenv("SPECDEC_TUNER_CACHE", str(tmp_path))
+    for name in [demo.TARGET_NAME, *(demo.draft_name(n) for n in demo.DRAFT_LAYERS)]:
+        demo.demo_path(name).mkdir(parents=True)
+        (demo.demo_path(name) / demo.MARKER).write_text("{}")
+    built: list[str] = []
+    widened: list[str] = []
+
+    def fake_build(target, dst, work, recipe, log):
+        dst.mkdir(parents=True)
+        built.append(recipe.device)
+        return {"recipe": {"device": recipe.device}}
+
+    def fake_widen(src, dst, shape):
+        dst.mkdir(parents=True)
+        widened.append(demo.head_recipe_device(src) or "")
+        return 1
+
+    monkeypatch.setattr(eagle3, "build_head", fake_build)
+    monkeypatch.setattr(eagle3_wide, "widen_head", fake_widen)
+    monkeypatch.setattr(demo, "_prepare_wide", lambda target, force, log: {})
+    quiet = dict(log=lambda m: None, eagle3=True, wide=True)
+
+    demo.prepare_demo(**quiet)  # nothing cached: the CPU recipe
+    demo.prepare_demo(**quiet)  # kept
+    demo.prepare_demo(**quiet, device="cpu")  # kept
+    assert built == ["cpu"] and widened == ["cpu"]
+    demo.prepare_demo(**quiet, device="cuda")  # a CPU head cached: trained again with the GPU recipe, widened again
+    assert built == ["cpu", "cuda"] and widened == ["cpu", "cuda"]
+    demo.prepare_demo(**quiet)
+    demo.prepare_demo(**quiet, device="cuda")
+    assert built == ["cpu", "cuda"] and widened == ["cpu", "cuda"]
+    assert demo.head_recipe_device(demo.demo_path(demo.WIDE_EAGLE3_NAME)) == "cuda"

@@ -107,11 +107,13 @@ def prepare_demo(
     log: Callable[[str], object] = print,
     wide: bool = False,
     eagle3: bool = False,
-    device: str = "cpu",
+    device: str | None = None,
 ) -> DemoModels:
     """Idempotent: checkpoints already prepared are kept. ``wide`` adds the 7B-class target and its mid draft;
     ``eagle3`` the EAGLE-3 head for the 135M (and, with ``wide``, the same head widened for the wide target),
-    trained with ``device``'s recipe (tuner.models.eagle3.recipe_for)."""
+    trained with ``device``'s recipe (tuner.models.eagle3.recipe_for). ``device`` None keeps whichever head is
+    cached (the CPU recipe if none is); a device named keeps a cached head only if it was trained with that
+    device's recipe."""
     target = demo_path(TARGET_NAME)
     drafts = {n: demo_path(draft_name(n)) for n in DRAFT_LAYERS}
     todo = [p for p in [target, *drafts.values()] if force or not _is_complete(p)]
@@ -124,27 +126,48 @@ def prepare_demo(
     return DemoModels(target, drafts, wide_paths, heads)
 
 
+def head_recipe_device(path: Path) -> str | None:
+    """The device whose recipe trained a prepared head (its marker), None if not prepared; heads built before
+    the marker named it were CPU-trained."""
+    if not _is_complete(path):
+        return None
+    info = json.loads((path / MARKER).read_text())
+    result = info.get("result")
+    recipe = result.get("recipe") if isinstance(result, dict) else None
+    return str(info.get("recipe_device") or (recipe or {}).get("device") or "cpu")
+
+
 def _prepare_heads(
-    target: Path, force: bool, wide: bool, log: Callable[[str], object], device: str = "cpu"
+    target: Path, force: bool, wide: bool, log: Callable[[str], object], device: str | None = None
 ) -> dict[str, Path]:
     from tuner.models.eagle3 import build_head, recipe_for, work_dir
 
     small = demo_path(EAGLE3_NAME)
     paths = {EAGLE3_NAME: small}
-    if force or not _is_complete(small):
-        recipe = recipe_for(device)
+    cached = head_recipe_device(small)
+    if force or cached is None or (device is not None and cached != device):
+        recipe = recipe_for(device or "cpu")
         work = work_dir(cache_root().parent, recipe)
-        log(f"training the EAGLE-3 head for {TARGET_NAME} on {device} (work files under {work}) -> {small}")
+        if cached is not None and not force:
+            log(
+                f"the cached {EAGLE3_NAME} was trained with the {cached} recipe; training it with the {recipe.device} one"
+            )
+        log(f"training the EAGLE-3 head for {TARGET_NAME} on {recipe.device} (work files under {work}) -> {small}")
         _build_atomically(small, lambda tmp: build_head(target, tmp, work, recipe, log), {})
     if wide:
         from tuner.models.eagle3_wide import widen_head
         from tuner.models.wide import WideShape
 
         big = paths[WIDE_EAGLE3_NAME] = demo_path(WIDE_EAGLE3_NAME)
-        if force or not _is_complete(big):
+        source = head_recipe_device(small)
+        if force or head_recipe_device(big) != source:
             shape = WideShape()
-            log(f"widening {EAGLE3_NAME} to hidden {shape.hidden} -> {big}")
-            _build_atomically(big, lambda tmp: widen_head(small, tmp, shape), {"widened": shape.__dict__})
+            log(f"widening {EAGLE3_NAME} ({source} recipe) to hidden {shape.hidden} -> {big}")
+            _build_atomically(
+                big,
+                lambda tmp: widen_head(small, tmp, shape),
+                {"widened": shape.__dict__, "recipe_device": source},
+            )
     return paths
 
 
