@@ -26,6 +26,9 @@ if [ ! -d /tmp/site/vllm ]; then
   bash .bundle/tools/install_offline_bundle.sh /root/stash || exit 3
 fi
 export PYTHONPATH=/tmp/site SPECDEC_TUNER_GGUF=${SPECDEC_TUNER_GGUF:-$(ls /root/bundle/model/*.gguf | head -n 1)}
+# The EAGLE-3 trainer (prepare-demo --eagle3 --device cuda) runs in the bundle's Python: speculators and its
+# three wheels are in /tmp/site beside vLLM (requirements/eagle3-train-gpu.txt).
+export SPECDEC_TUNER_TRAIN_PYTHON=${SPECDEC_TUNER_TRAIN_PYTHON:-$(command -v python3)}
 bash benchmarks/gpu_study.sh "$results" "$@"
 rc=$?
 if [ -n "${OUT:-}" ]; then
