@@ -190,7 +190,7 @@ def widen_check(args: argparse.Namespace) -> None:
     wide.pop("tokens")
     path = _write("widen-check", {"head": args.head, "shape": shape.__dict__, "k": args.k,
                                   "max_tokens": args.max_tokens, "identical_outputs": same, "prompts_n": n,
-                                  "small": small, "wide": wide})
+                                  "small": small, "wide": wide}, RESULTS / args.out_dir)
     print(f"wrote {path}")
 
 
@@ -217,6 +217,7 @@ def main() -> None:
     w.add_argument("--intermediate", type=int, default=2048)
     w.add_argument("--kv-heads", type=int, default=16)
     w.add_argument("--workdir", default=None)
+    w.add_argument("--out-dir", default=OUT_DIR.name, help="folder under benchmarks/results")
     args = p.parse_args()
     measure(args) if args.cmd == "measure" else widen_check(args)
 
