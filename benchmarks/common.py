@@ -91,6 +91,23 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def write_result_to(out_dir: Path, kind: str, benchmark: str, module: str, payload: dict[str, Any]) -> Path:
+    """``out_dir/KIND-YYYYmmdd-HHMMSS.json``: what ran (benchmark, date, command, commit, machine), then the
+    payload."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now()
+    path = out_dir / f"{kind}-{now.strftime('%Y%m%d-%H%M%S')}.json"
+    header = {
+        "benchmark": benchmark,
+        "date": now.isoformat(timespec="seconds"),
+        "command": " ".join(["python", "-m", module, *sys.argv[1:]]),
+        "git": git_revision(),
+        "machine": machine(),
+    }
+    path.write_text(json.dumps({**header, **payload}, indent=1) + "\n")
+    return path
+
+
 def git_revision() -> str:
     try:
         return subprocess.run(

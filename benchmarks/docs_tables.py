@@ -1107,7 +1107,9 @@ def t_eagle3_head(doc: Path) -> str:
         for path in sorted(folder.glob("measure-*.json")):
             d = _json(path)
             where = f", {d['machine']['gpu']}" if d["machine"].get("gpu") else ", CPU"
-            cmds.append(f"`{_cmd(d['command'])}` ({_link(path, doc)}, vLLM {d['machine']['vllm']}{where}, {d['dtype']})")
+            cmds.append(
+                f"`{_cmd(d['command'])}` ({_link(path, doc)}, vLLM {d['machine']['vllm']}{where}, {d['dtype']})"
+            )
             label = d.get("head_label") or Path(d["head"]).name
             for r in d["results"]:
                 st = r["stats"]

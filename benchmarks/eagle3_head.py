@@ -106,8 +106,16 @@ def run_engine(
         seconds = time.perf_counter() - start
         stats = diff(before, snapshot(llm.get_metrics()))
         tokens = [list(o.outputs[0].token_ids) for o in outputs]
-        out.append({"prompts": name, "k": k, "seconds": seconds, "output_tokens": sum(map(len, tokens)),
-                    "stats": stats.summary(), "tokens": tokens})
+        out.append(
+            {
+                "prompts": name,
+                "k": k,
+                "seconds": seconds,
+                "output_tokens": sum(map(len, tokens)),
+                "stats": stats.summary(),
+                "tokens": tokens,
+            }
+        )
     del llm
     return out
 
@@ -159,10 +167,18 @@ def measure(args: argparse.Namespace) -> None:
             r.pop("tokens")
             results.append(r)
             print_table(headers, [[r["prompts"], *_row("", r)[1:]]])
-            payload = {"target": target, "head": args.head, "head_info": head_info,
-                       "max_tokens": args.max_tokens, "dtype": args.dtype,
-                       "prompt_counts": {k: len(v) for k, v in prompt_sets.items()}, "results": results}
-            path = _write("measure", payload, RESULTS / args.out_dir)  # after every k: a cut-short run keeps what it measured
+            payload = {
+                "target": target,
+                "head": args.head,
+                "head_info": head_info,
+                "max_tokens": args.max_tokens,
+                "dtype": args.dtype,
+                "prompt_counts": {k: len(v) for k, v in prompt_sets.items()},
+                "results": results,
+            }
+            path = _write(
+                "measure", payload, RESULTS / args.out_dir
+            )  # after every k: a cut-short run keeps what it measured
     print()
     print_table(headers, [[r["prompts"], *_row("", r)[1:]] for r in results])
     print(f"wrote {path}")
@@ -183,14 +199,27 @@ def widen_check(args: argparse.Namespace) -> None:
         small = run_engine(small_target, args.head, args.k, prompts, args.max_tokens, "float32")[0]
         wide = run_engine(str(wide_target), str(wide_head), args.k, prompts, args.max_tokens, "float32")[0]
     same = sum(a == b for a, b in zip(small["tokens"], wide["tokens"], strict=True))
-    print_table(["pair", "k", "drafts", "acceptance length", "acceptance rate", "per position"],
-                [_row("135M + head", small), _row(f"wide {shape.hidden} + widened head", wide)])
+    print_table(
+        ["pair", "k", "drafts", "acceptance length", "acceptance rate", "per position"],
+        [_row("135M + head", small), _row(f"wide {shape.hidden} + widened head", wide)],
+    )
     print(f"identical greedy outputs: {same}/{len(small['tokens'])}")
     n = len(small.pop("tokens"))
     wide.pop("tokens")
-    path = _write("widen-check", {"head": args.head, "shape": shape.__dict__, "k": args.k,
-                                  "max_tokens": args.max_tokens, "identical_outputs": same, "prompts_n": n,
-                                  "small": small, "wide": wide}, RESULTS / args.out_dir)
+    path = _write(
+        "widen-check",
+        {
+            "head": args.head,
+            "shape": shape.__dict__,
+            "k": args.k,
+            "max_tokens": args.max_tokens,
+            "identical_outputs": same,
+            "prompts_n": n,
+            "small": small,
+            "wide": wide,
+        },
+        RESULTS / args.out_dir,
+    )
     print(f"wrote {path}")
 
 

@@ -17,21 +17,22 @@ Two measurements, float32 on CPU, written as one JSON under benchmarks/results/<
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks.common import git_revision, machine
+from benchmarks.common import write_result_to
 from benchmarks.eagle3_head import RESULTS, load_prompts, training_prompts
 from benchmarks.eagle3_offline import Head
 
-STUDY_SETS = ["studies/prompts/smollm2-demo.jsonl", "studies/prompts/wide-h200.jsonl",
-              "studies/prompts/smollm2-h200.jsonl"]
+STUDY_SETS = [
+    "studies/prompts/smollm2-demo.jsonl",
+    "studies/prompts/wide-h200.jsonl",
+    "studies/prompts/smollm2-h200.jsonl",
+]
 
 
 def leak(model: Any, head: Head, train: list[dict], val: list[dict], n: int = 8) -> dict[str, Any]:
@@ -86,8 +87,11 @@ def coverage(model: Any, tok: Any, rows: list[dict], sets: dict[str, list], max_
         for name, outs in answers.items():
             toks = [t for o in outs for t in o]
             windows = [all(t in vocab for t in o[i : i + 3]) for o in outs for i in range(len(o) - 2)]
-            per[name] = {"answer_tokens": len(toks), "in_vocab": sum(t in vocab for t in toks) / len(toks),
-                         "3_windows_in_vocab": sum(windows) / max(len(windows), 1)}
+            per[name] = {
+                "answer_tokens": len(toks),
+                "in_vocab": sum(t in vocab for t in toks) / len(toks),
+                "3_windows_in_vocab": sum(windows) / max(len(windows), 1),
+            }
         result["by_vocab_size"][str(v)] = per
     return result
 
@@ -122,16 +126,21 @@ def main() -> None:
     covered = coverage(model, tok, rows, sets, args.max_tokens)
     for v, per in covered["by_vocab_size"].items():
         print(v, "  ".join(f"{n}: {x['in_vocab']:.3f} / {x['3_windows_in_vocab']:.3f}" for n, x in per.items()))
-    out = RESULTS / args.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"limits-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({
-        "benchmark": "eagle3-head limits (validation leak, draft-vocabulary coverage)",
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "command": " ".join(["python", "-m", "benchmarks.eagle3_limits", *sys.argv[1:]]),
-        "git": git_revision(), "machine": machine(), "head": args.head, "responses": args.responses,
-        "sequences": args.sequences, "max_tokens": args.max_tokens, "leak": leaked, "coverage": covered,
-    }, indent=1) + "\n")
+    payload = {
+        "head": args.head,
+        "responses": args.responses,
+        "sequences": args.sequences,
+        "max_tokens": args.max_tokens,
+        "leak": leaked,
+        "coverage": covered,
+    }
+    path = write_result_to(
+        RESULTS / args.out_dir,
+        "limits",
+        "eagle3-head limits (validation leak, draft-vocabulary coverage)",
+        "benchmarks.eagle3_limits",
+        payload,
+    )
     print(f"wrote {path}")
 
 

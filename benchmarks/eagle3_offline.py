@@ -25,7 +25,6 @@ Writes JSON under benchmarks/results/<--out-dir>/.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import sys
@@ -36,7 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import git_revision, machine, print_table
+from benchmarks.common import print_table, write_result_to
 from benchmarks.eagle3_head import RESULTS, builder_prompt_sets, load_prompts
 
 
@@ -52,7 +51,10 @@ class Head:
 
         cfg = json.loads((head_dir / "config.json").read_text())
         tl = cfg["transformer_layer_config"]
-        self.w = {k: v if k in ("d2t", "t2d") else v.float() for k, v in load_file(str(head_dir / "model.safetensors")).items()}
+        self.w = {
+            k: v if k in ("d2t", "t2d") else v.float()
+            for k, v in load_file(str(head_dir / "model.safetensors")).items()
+        }
         self.cfg, self.eps = cfg, tl["rms_norm_eps"]
         self.heads, self.kv_heads, self.head_dim = tl["num_attention_heads"], tl["num_key_value_heads"], tl["head_dim"]
         self.theta = tl.get("rope_parameters", {}).get("rope_theta", tl.get("rope_theta", 10000.0))
@@ -91,7 +93,7 @@ class Head:
         p = "layers.0."
         h = attn.reshape(attn.shape[0], -1) @ self.w[p + "self_attn.o_proj.weight"].T + residual
         m = rms(h, self.w[p + "post_attention_layernorm.weight"], self.eps)
-        m = (F.silu(m @ self.w[p + "mlp.gate_proj.weight"].T) * (m @ self.w[p + "mlp.up_proj.weight"].T))
+        m = F.silu(m @ self.w[p + "mlp.gate_proj.weight"].T) * (m @ self.w[p + "mlp.up_proj.weight"].T)
         h = h + m @ self.w[p + "mlp.down_proj.weight"].T
         normed = rms(h, self.w["norm.weight"], self.eps)
         logits = normed @ self.w["lm_head.weight"].T
@@ -216,13 +218,29 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                 "seconds": time.perf_counter() - start,
             }
             r = results[name]
-            print_table(["prompts", "positions", "full_acc", "restricted", "AL", "coverage"],
-                        [[name, positions, " ".join(f"{x:.3f}" for x in r["full_acc"]),
-                          " ".join(f"{x:.3f}" for x in r["full_acc_restricted"]),
-                          f"{r['acceptance_length_bound']:.3f}", f"{r['coverage']:.3f}"]])
+            print_table(
+                ["prompts", "positions", "full_acc", "restricted", "AL", "coverage"],
+                [
+                    [
+                        name,
+                        positions,
+                        " ".join(f"{x:.3f}" for x in r["full_acc"]),
+                        " ".join(f"{x:.3f}" for x in r["full_acc_restricted"]),
+                        f"{r['acceptance_length_bound']:.3f}",
+                        f"{r['coverage']:.3f}",
+                    ]
+                ],
+            )
             sys.stdout.flush()
-    return {"target": str(target), "head": str(head_dir), "aux_layers": aux_ids, "read_layers": read_ids,
-            "k": args.k, "max_tokens": args.max_tokens, "results": results}
+    return {
+        "target": str(target),
+        "head": str(head_dir),
+        "aux_layers": aux_ids,
+        "read_layers": read_ids,
+        "k": args.k,
+        "max_tokens": args.max_tokens,
+        "results": results,
+    }
 
 
 def main() -> None:
@@ -230,8 +248,9 @@ def main() -> None:
     p.add_argument("--head", required=True)
     p.add_argument("--target")
     p.add_argument("--k", type=int, default=3)
-    p.add_argument("--prompts", nargs="*", default=["studies/prompts/smollm2-demo.jsonl",
-                                                    "studies/prompts/wide-h200.jsonl"])
+    p.add_argument(
+        "--prompts", nargs="*", default=["studies/prompts/smollm2-demo.jsonl", "studies/prompts/wide-h200.jsonl"]
+    )
     p.add_argument("--train-heldout", type=int, default=0)
     p.add_argument("--train-seen", type=int, default=0)
     p.add_argument("--max-tokens", type=int, default=96)
@@ -243,14 +262,9 @@ def main() -> None:
     p.add_argument("--out-dir", default="eagle3-head-20261205")
     args = p.parse_args()
     payload = evaluate(args)
-    out = RESULTS / args.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = out / f"offline-{stamp}.json"
-    path.write_text(json.dumps({"benchmark": "eagle3-head offline acceptance",
-                                "date": dt.datetime.now().isoformat(timespec="seconds"),
-                                "command": " ".join(["python", "-m", "benchmarks.eagle3_offline", *sys.argv[1:]]),
-                                "git": git_revision(), "machine": machine(), **payload}, indent=1) + "\n")
+    path = write_result_to(
+        RESULTS / args.out_dir, "offline", "eagle3-head offline acceptance", "benchmarks.eagle3_offline", payload
+    )
     print(f"wrote {path}")
 
 

@@ -17,6 +17,7 @@ unset PYTHONDONTWRITEBYTECODE
 bash scripts/install-cpu.sh
 bash scripts/install-services.sh
 .venv/bin/ruff check tuner tests benchmarks
+.venv/bin/ruff format --check tuner tests benchmarks
 .venv/bin/mypy
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest "$@"

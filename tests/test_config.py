@@ -23,7 +23,9 @@ def _error(tmp_path: Path, **overrides: object) -> str:
     return message
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "studies").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).parent.parent / "studies").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_every_shipped_study_file_loads_with_its_prompts(path: Path) -> None:
     study = load_study(path)
     assert load_prompts(study.workload.prompts)
@@ -83,7 +85,10 @@ def test_reserved_engine_arg(tmp_path: Path) -> None:
 def test_target_env_takes_strings_and_numbers(tmp_path: Path) -> None:
     data = study_dict(tmp_path)
     data["target"]["env"] = {"VLLM_ENABLE_V1_MULTIPROCESSING": 0, "OMP_NUM_THREADS": "2"}
-    assert load_study(write_study(tmp_path, data)).target.env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2"}
+    assert load_study(write_study(tmp_path, data)).target.env == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "OMP_NUM_THREADS": "2",
+    }
 
 
 @pytest.mark.parametrize(("env", "field"), [({"VLLM X": "1"}, "VLLM X"), ({"FLAG": True}, "FLAG"), ({"A": [1]}, "A")])

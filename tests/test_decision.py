@@ -281,7 +281,9 @@ def test_winners_within_the_noise_serve_the_fewest_speculative_tokens(
     assert ("with fewer speculative tokens" in text) == (served == 2)
 
 
-@pytest.mark.parametrize(("gains", "finalist"), [({"4": 1.31, "3": 1.30, "2": 1.29}, 2), ({"4": 1.40, "3": 1.2, "2": 1.1}, 4)])
+@pytest.mark.parametrize(
+    ("gains", "finalist"), [({"4": 1.31, "3": 1.30, "2": 1.29}, 2), ({"4": 1.40, "3": 1.2, "2": 1.1}, 4)]
+)
 def test_trials_within_the_noise_send_the_fewest_speculative_tokens_to_the_fresh_engines(
     tmp_path: Path, fake_engine: str, gains: dict[str, float], finalist: int
 ) -> None:

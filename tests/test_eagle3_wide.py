@@ -78,7 +78,9 @@ def head_step(w: dict[str, torch.Tensor], cfg: dict, ids: torch.Tensor, hidden: 
     eps, heads, kv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     p, n = "layers.0.", ids.shape[0]
     embeds = w["embed_tokens.weight"][ids]
-    x = torch.cat([rms(embeds, w[p + "input_layernorm.weight"], eps), rms(hidden, w[p + "hidden_norm.weight"], eps)], -1)
+    x = torch.cat(
+        [rms(embeds, w[p + "input_layernorm.weight"], eps), rms(hidden, w[p + "hidden_norm.weight"], eps)], -1
+    )
     residual = rms(hidden, w[p + "hidden_norm.weight"], eps)  # norm_before_residual
     pos = torch.arange(n)
     q = (x @ w[p + "self_attn.q_proj.weight"].T).view(n, heads, 64).transpose(0, 1)
@@ -122,7 +124,9 @@ def test_widened_head_drafts_what_the_small_head_drafts() -> None:
     wide_w, wide_cfg = widened(w)
     assert wide_w["fc.weight"].shape == (WIDE.hidden, 3 * WIDE.hidden)
     assert wide_cfg["num_attention_heads"] == WIDE.heads and wide_cfg["hidden_size"] == WIDE.hidden
-    for small, wide in zip(draft(w, SMALL, ids, aux), draft(wide_w, wide_cfg, ids, pad_aux(aux, WIDE.hidden)), strict=True):
+    for small, wide in zip(
+        draft(w, SMALL, ids, aux), draft(wide_w, wide_cfg, ids, pad_aux(aux, WIDE.hidden)), strict=True
+    ):
         torch.testing.assert_close(wide, small, rtol=1e-9, atol=1e-9)
     assert torch.equal(wide_w["d2t"], w["d2t"])
 

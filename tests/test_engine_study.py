@@ -141,10 +141,7 @@ def test_every_engine_runs_with_the_study_env_and_the_export_names_it(real_study
         lines = log.read_text(errors="replace").splitlines()
         assert any(line.startswith(ENV_PREFIX) and " INFO " in line for line in lines), log
     study = optuna.load_study(study_name="real-study", storage=real_study.storage)
-    assert all(
-        store.trial_record(t).env == {"VLLM_LOGGING_PREFIX": ENV_PREFIX}
-        for t in study.get_trials()
-    )
+    assert all(store.trial_record(t).env == {"VLLM_LOGGING_PREFIX": ENV_PREFIX} for t in study.get_trials())
     assert "# measured with the environment VLLM_LOGGING_PREFIX='[specdec-env] ' (target.env)" in (
         real_study.export_path.read_text()
     )

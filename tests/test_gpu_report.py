@@ -10,8 +10,10 @@ from benchmarks.gpu_report import portable_key
 def test_keys_from_different_model_caches_match() -> None:
     there = "('draft_model', '/root/wide/cache/models/SmolLM2-135M-Instruct', 2, None, None, True, ())"
     here = "('draft_model', '/root/.cache/specdec-tuner/models/SmolLM2-135M-Instruct/', 2, None, None, True, ())"
-    assert portable_key(there) == portable_key(here) == (
-        "('draft_model', 'SmolLM2-135M-Instruct', 2, None, None, True, ())"
+    assert (
+        portable_key(there)
+        == portable_key(here)
+        == ("('draft_model', 'SmolLM2-135M-Instruct', 2, None, None, True, ())")
     )
     other = "('draft_model', '/root/wide/cache/models/SmolLM2-135M-Instruct-8L', 2, None, None, True, ())"
     assert portable_key(other) != portable_key(there)

@@ -33,7 +33,9 @@ def test_a_real_engine_drafts_where_the_schedule_says(tmp_path: Path, real_study
     study = optuna.load_study(study_name=config.name, storage=real_study.storage)
     ngram = next(t for t in store.completed(study) if (s := store.trial_spec(t)) and s.method == "ngram")
     choices = [
-        LevelChoice(level=lv, k=k, trial=ngram.number, tokens_per_s=1.0, fastest_k=k, fastest_tokens_per_s=1.0, noise=0.03)
+        LevelChoice(
+            level=lv, k=k, trial=ngram.number, tokens_per_s=1.0, fastest_k=k, fastest_tokens_per_s=1.0, noise=0.03
+        )
         for lv, k in LEVELS
     ]
     schedule = Schedule(drafter="ngram", trial=ngram.number, levels=choices, ranges=ranges(LEVELS, 1024), cap=1024)
@@ -45,8 +47,6 @@ def test_a_real_engine_drafts_where_the_schedule_says(tmp_path: Path, real_study
     )
     outcome = run_engine(request, tmp_path / "schedule-engine", config.budget.trial_timeout_s)
     assert outcome.result is not None, outcome.message
-    drafted = {
-        bs: sum(r.spec.draft_tokens for r in outcome.result.repeats if r.batch_size == bs) for bs in (1, 4)
-    }
+    drafted = {bs: sum(r.spec.draft_tokens for r in outcome.result.repeats if r.batch_size == bs) for bs in (1, 4)}
     # Every batch at level 1 runs at batch size 1 (k=0: no draft); level 4's full batches run at 4 (k=3).
     assert drafted[1] == 0 and drafted[4] > 0, drafted

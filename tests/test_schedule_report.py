@@ -160,9 +160,7 @@ def test_a_schedule_kept_out_says_why_and_the_disabled_one_is_not_reported(
 
     # pre-flight's reason, when it skipped the schedule: one line, no table
     note = "skipped before any engine started: data_parallel_size 2: vLLM ignores the schedule"
-    study.set_user_attr(
-        schedule_run.SCHEDULE_ATTR, schedule_run.ScheduleRun(basis=run.basis, note=note).model_dump()
-    )
+    study.set_user_attr(schedule_run.SCHEDULE_ATTR, schedule_run.ScheduleRun(basis=run.basis, note=note).model_dump())
     report = build_report(study)
     md = render_markdown(report)
     assert f"- no batch-size schedule: {note}" in md and "| 1 | k=3 |" not in md

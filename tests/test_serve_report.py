@@ -186,7 +186,10 @@ def test_serve_report_model_and_mlflow(served: FakeStudy) -> None:
     assert [(role, row.number) for role, row in report.finalists] == [("chosen", 1), ("baseline", 0)]
     rates = {t.row.number: (t.max_rate_rps, t.truncated) for t in report.slo.trials}
     assert rates[0] == (5.0, False) and rates[1] == (8.0, False)
-    assert any("), ngram k=4 lookup 2-3 eager kept up to 8 requests/s against 5 requests/s without speculation (1.60×)" in s for s in report.why)
+    assert any(
+        "), ngram k=4 lookup 2-3 eager kept up to 8 requests/s against 5 requests/s without speculation (1.60×)" in s
+        for s in report.why
+    )
     fig = latency_plots.latency_vs_load(report.finalists, report.slo)
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == [

@@ -31,7 +31,14 @@ SERVE = {
         "objective": "goodput",
         # Loose: a 2-core CPU keeps it at every rate tried, so the search ends at max_rps.
         "slo": {"percentile": 90, "ttft_ms": 60000, "tpot_ms": 5000},
-        "rate_search": {"start_rps": 2, "max_rps": 4, "bisect_steps": 1, "requests": 3, "probe_s": 1, "time_limit_s": 120},
+        "rate_search": {
+            "start_rps": 2,
+            "max_rps": 4,
+            "bisect_steps": 1,
+            "requests": 3,
+            "probe_s": 1,
+            "time_limit_s": 120,
+        },
     },
 }
 

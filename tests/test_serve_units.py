@@ -156,7 +156,12 @@ def test_prometheus_counters_match_get_metrics_names() -> None:
 
 def _goodput(rate: float, tokens_per_s: float) -> TrialMetrics:
     level = LevelMetrics(
-        batch_size=1, tokens_per_s=tokens_per_s, tokens_per_s_mad=0.0, tokens_per_s_cv=0.0, score=tokens_per_s, repeats=[]
+        batch_size=1,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_mad=0.0,
+        tokens_per_s_cv=0.0,
+        score=tokens_per_s,
+        repeats=[],
     )
     return TrialMetrics(
         levels=[level],

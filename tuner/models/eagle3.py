@@ -102,7 +102,9 @@ def _in_train_env(python: Path, args: list[str], log: Callable[[str], object]) -
     subprocess.run([str(python), *args], check=True, env=env)
 
 
-def build_head(target: Path, dst: Path, work: Path, recipe: HeadRecipe, log: Callable[[str], object]) -> dict[str, object]:
+def build_head(
+    target: Path, dst: Path, work: Path, recipe: HeadRecipe, log: Callable[[str], object]
+) -> dict[str, object]:
     """Generate, extract and train in ``work`` (each step resumable); copy the last epoch's head to ``dst``."""
     from tuner.models.eagle3_data import generate
     from tuner.models.eagle3_prompts import unique_prompts

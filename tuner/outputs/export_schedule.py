@@ -17,6 +17,7 @@ from tuner.study import methods
 if TYPE_CHECKING:
     import optuna
 
+
 def render_schedule_export(study: optuna.Study, out: StudyOutcome) -> str:
     """The file for a validated schedule: the drafter's engine arguments with k by batch size."""
     run = out.schedule

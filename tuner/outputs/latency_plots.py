@@ -45,9 +45,7 @@ def latency_vs_load(finalists: Sequence[tuple[str, TrialRow]], slo: SloSummary |
             ax.set_ylabel(f"p{pct} {name} (ms)")
             ax.set_title(f"p{pct} {name} against {'request rate' if by_rate else 'concurrency'}", fontsize="medium")
             ax.grid(alpha=0.3)
-        level_ticks(
-            grid[0][col], sorted({lv.batch_size for _, r in finalists if r.metrics for lv in r.metrics.levels})
-        )
+        level_ticks(grid[0][col], sorted({lv.batch_size for _, r in finalists if r.metrics for lv in r.metrics.levels}))
     if not finalists:
         note_on(grid[0][0], "no completed trial")
     else:

@@ -108,9 +108,7 @@ class Confirmation(BaseModel):
         return [(r, f) for r in range(self.rounds) for f in self.finalists]
 
     def measured(self, round_: int, finalist: Finalist) -> EngineRun | None:
-        return next(
-            (e for e in self.engines if e.round == round_ and (e.trial, e.schedule) == finalist.key), None
-        )
+        return next((e for e in self.engines if e.round == round_ and (e.trial, e.schedule) == finalist.key), None)
 
     @property
     def complete(self) -> bool:
@@ -118,10 +116,11 @@ class Confirmation(BaseModel):
 
     def same_as(self, other: Confirmation) -> bool:
         """Same finalists, rounds, repeats and judged levels: its engines answer the same question."""
-        return (
-            [f.key for f in self.finalists] == [f.key for f in other.finalists]
-            and (self.rounds, self.repeats, self.weights) == (other.rounds, other.repeats, other.weights)
-        )
+        return [f.key for f in self.finalists] == [f.key for f in other.finalists] and (
+            self.rounds,
+            self.repeats,
+            self.weights,
+        ) == (other.rounds, other.repeats, other.weights)
 
     def _engines_of(self, finalist: Finalist) -> list[EngineRun]:
         return [e for e in self.engines if (e.trial, e.schedule) == finalist.key]
@@ -308,11 +307,16 @@ def finalists(specs: list[FrozenTrial], base: FrozenTrial, schedule: tuple[int, 
         assert spec is not None
         out.append(
             Finalist(
-                trial=t.number, label=spec.label(), is_baseline=False, num_speculative_tokens=spec.num_speculative_tokens
+                trial=t.number,
+                label=spec.label(),
+                is_baseline=False,
+                num_speculative_tokens=spec.num_speculative_tokens,
             )
         )
     if schedule is not None:
-        out.append(Finalist(trial=schedule[0], label=f"{SCHEDULE_LABEL} {schedule[1]}", is_baseline=False, schedule=True))
+        out.append(
+            Finalist(trial=schedule[0], label=f"{SCHEDULE_LABEL} {schedule[1]}", is_baseline=False, schedule=True)
+        )
     spec = store.trial_spec(base)
     assert spec is not None
     out.append(Finalist(trial=base.number, label=spec.label(), is_baseline=True))

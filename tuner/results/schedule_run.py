@@ -117,7 +117,9 @@ def derive_for(study: optuna.Study, config: StudyConfig) -> Derivation:
     ]
     bases = [r for r in rows if r[1].is_baseline]
     if not drafts or not bases:
-        return Derivation(note="no completed " + ("speculative trial with a baseline of its mode" if not drafts else "baseline"))
+        return Derivation(
+            note="no completed " + ("speculative trial with a baseline of its mode" if not drafts else "baseline")
+        )
     best = max(drafts, key=lambda r: (r[2].score, -r[0].number))
     group = [r for r in drafts if _drafter_key(r[1]) == _drafter_key(best[1])]
     same_eager = [r for r in bases if r[1].enforce_eager == best[1].enforce_eager]
@@ -170,7 +172,10 @@ def confirmed_by(conf: Confirmation | None, decision: Decision | None) -> tuple[
         return False, f"its engines {mine.low:.3f}-{mine.high:.3f} do not all beat the {against}"
     rival = max((r for r in decision.speculative if r.wins and not r.schedule), key=lambda r: r.median, default=None)
     if rival is not None and rival.median >= mine.median:
-        return False, f"the static {rival.label} (trial {rival.trial}) won by more ({rival.median:.3f} >= {mine.median:.3f})"
+        return (
+            False,
+            f"the static {rival.label} (trial {rival.trial}) won by more ({rival.median:.3f} >= {mine.median:.3f})",
+        )
     return True, f"its engines {mine.low:.3f}-{mine.high:.3f} beat the {against} (median {mine.median:.3f}x)"
 
 
@@ -186,7 +191,9 @@ def verdict_for(
         for lv in m.levels:
             held = best_static.get(lv.batch_size)
             if held is None or lv.tokens_per_s > held.tokens_per_s:
-                best_static[lv.batch_size] = StaticBest(trial=t.number, label=spec.label(), tokens_per_s=lv.tokens_per_s)
+                best_static[lv.batch_size] = StaticBest(
+                    trial=t.number, label=spec.label(), tokens_per_s=lv.tokens_per_s
+                )
     t, spec, m = max(rows, key=lambda r: (r[2].score, -r[0].number))
     return decide(
         {lv.batch_size: lv.tokens_per_s for lv in metrics.levels},

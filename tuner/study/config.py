@@ -72,7 +72,7 @@ class TargetConfig(StrictModel):
             if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not an environment variable name; fix: use letters, digits and _")
             if isinstance(v, bool) or not isinstance(v, str | int | float):
-                raise ValueError(f"{name}: give the value as a quoted string; fix: {name}: \"1\"")
+                raise ValueError(f'{name}: give the value as a quoted string; fix: {name}: "1"')
             out[name] = str(v)
         return out
 
@@ -194,7 +194,9 @@ class RateSearchConfig(StrictModel):
         default=None, ge=1, description="The fewest requests per probe (default: twice the prompt count)."
     )
     burstiness: float = Field(default=1.0, gt=0, description="1.0 = Poisson arrivals; lower = burstier (gamma).")
-    time_limit_s: float = Field(default=300.0, gt=0, description="The search stops here and keeps the best rate so far.")
+    time_limit_s: float = Field(
+        default=300.0, gt=0, description="The search stops here and keeps the best rate so far."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> RateSearchConfig:

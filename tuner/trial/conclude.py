@@ -40,7 +40,11 @@ def _log(runner: StudyRunner, out: StudyOutcome) -> None:
         tracker.log_metrics(runner.parent_run, answer)
     conf, decision = out.confirmation, out.decision
     if conf is not None and decision is not None:
-        winner = "schedule" if out.verdict == "schedule" else (str(decision.winner) if decision.winner is not None else "none")
+        winner = (
+            "schedule"
+            if out.verdict == "schedule"
+            else (str(decision.winner) if decision.winner is not None else "none")
+        )
         tags.update(
             {
                 "confirm.rule": RULE,

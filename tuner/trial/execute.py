@@ -76,9 +76,7 @@ class TrialExecutor:
         hook = PruneHook(trial, spec, ps.config, self.view)
         return run_engine(request, ps.workdir / f"trial-{trial.number:03d}", ps.config.budget.trial_timeout_s, hook)
 
-    def _record(
-        self, trial: Trial, spec: TrialSpec, rec: TrialRecord, run_id: str, outcome: RunOutcome
-    ) -> float:
+    def _record(self, trial: Trial, spec: TrialSpec, rec: TrialRecord, run_id: str, outcome: RunOutcome) -> float:
         ps, tracker = self.ps, self.ps.tracker
         # From the engine process's launch until its whole group is gone: spawn, start, warm-up,
         # measurement and shutdown. Study time outside these windows is the tuner's own overhead.

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from tuner.trial.progress import ProgressView
 
 
-
 def step_of(batch_sizes: Sequence[int], repeats: int, batch_size: int, repeat: int) -> int:
     """Optuna's step for one (batch size, repeat): the same number in every trial of a study."""
     return list(batch_sizes).index(batch_size) * repeats + repeat
@@ -84,9 +83,7 @@ def judge(
 class PruneHook:
     """Reports each measured repeat to Optuna and stops hopeless trials early."""
 
-    def __init__(
-        self, trial: Trial, spec: TrialSpec, config: StudyConfig, view: ProgressView | None
-    ) -> None:
+    def __init__(self, trial: Trial, spec: TrialSpec, config: StudyConfig, view: ProgressView | None) -> None:
         self.trial = trial
         self.spec = spec
         self.config = config

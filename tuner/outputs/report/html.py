@@ -183,7 +183,9 @@ def _findings(report: StudyReport) -> list[str]:
         parts.append('<h2>Why</h2><ul id="why">' + "".join(f"<li>{esc(s)}</li>" for s in report.why) + "</ul>")
     if report.decided:
         parts.append(
-            '<h2>How it was decided</h2><ul id="decided">' + "".join(f"<li>{esc(s)}</li>" for s in report.decided) + "</ul>"
+            '<h2>How it was decided</h2><ul id="decided">'
+            + "".join(f"<li>{esc(s)}</li>" for s in report.decided)
+            + "</ul>"
         )
     if report.confirmation:
         parts.append(

@@ -148,7 +148,9 @@ class StudyReport:
     importance_note: str
     settings: dict[str, str]
     engine: dict[str, Any]
-    confirmation: list[str] = field(default_factory=list)  # finalists re-measured in fresh engines (tuner.trial.confirm)
+    confirmation: list[str] = field(
+        default_factory=list
+    )  # finalists re-measured in fresh engines (tuner.trial.confirm)
     mode: str = "offline"  # "serve": levels are --max-concurrency of a served load
     measurement: list[str] = field(default_factory=list)  # how it was measured: mode, sampling, SLO
     served: list[ServedLevelRow] = field(default_factory=list)  # serve mode: latency per level of the finalists
@@ -209,7 +211,9 @@ def collect_rows(study: optuna.Study) -> list[TrialRow]:
         measured = by_trial.get(row.duplicate_of, t) if row.duplicate_of is not None else t
         if row.partial_tokens_per_s and config is not None and measured.intermediate_values:
             w = config.workload
-            index = max(measured.intermediate_values) // w.repeats  # steps are (batch size, repeat): tuner.trial.pruning
+            index = (
+                max(measured.intermediate_values) // w.repeats
+            )  # steps are (batch size, repeat): tuner.trial.pruning
             ref = reference.get(w.batch_sizes[index]) if index < len(w.batch_sizes) else None
             row.partial_speedup = row.partial_tokens_per_s / ref if ref else None
     return rows
