@@ -154,6 +154,35 @@ def test_goodput_confirmation_passes_when_the_baseline_keeps_the_slo_at_no_rate(
     assert "kept it at no rate tried" in conf.summary_lines()[0]
 
 
+def test_the_confirmation_states_each_levels_speedup_over_the_baseline_engines() -> None:
+    """A drafter that wins at batch 1 and loses at batch 8: the weighted median hides that, the per-level
+    line says it (median over the finalist's engines of its tokens/s over the baseline engines' median)."""
+    conf = Confirmation(
+        finalists=[
+            Finalist(trial=1, label="ngram k=3", is_baseline=False),
+            Finalist(trial=0, label="none", is_baseline=True),
+        ],
+        rounds=3,
+        repeats=1,
+        weights={1: 0.75, 8: 0.25},
+        engines=[
+            EngineRun(round=r, trial=t, levels=levels)
+            for r, (spec, base) in enumerate(
+                [
+                    ({1: 26.0, 8: 90.0}, {1: 20.0, 8: 100.0}),
+                    ({1: 28.0, 8: 94.0}, {1: 21.0, 8: 98.0}),
+                    ({1: 30.0, 8: 80.0}, {1: 19.0, 8: 102.0}),
+                ]
+            )
+            for t, levels in ((1, spec), (0, base))
+        ],
+    )
+    (spec,) = conf.decide().speculative
+    assert spec.per_level == pytest.approx({1: 28.0 / 20.0, 8: 90.0 / 100.0})
+    lines = conf.summary_lines("concurrency")
+    assert "confirmed per level (median over its engines): concurrency 1: 1.40x, concurrency 8: 0.90x" in lines[-1]
+
+
 def _confirmed(tmp_path: Path, **confirm: Any) -> dict[str, Any]:
     data = study_dict(tmp_path, budget={"trials": 3, "trial_timeout_s": 60})
     data["pruning"] = {"enabled": False}
@@ -195,11 +224,16 @@ def test_a_new_finalist_set_or_repeats_keeps_the_engines_measured_before(tmp_pat
 
 def test_export_report_and_mlflow_render_the_stored_outcome(tmp_path: Path, fake_engine: str) -> None:
     data = _confirmed(tmp_path)
+    data["workload"]["batch_sizes"] = [1, 4]
     assert _run(tmp_path, data, "--export", str(tmp_path / "best.yaml")) == 0
     study = _load(data)
     stored = outcome.load(study)
     assert stored is not None and stored == outcome.read(study) and stored.verdict == "speculation"
     assert stored.exported is not None and stored.exported.trial == 1 and stored.confirmed
+    assert (
+        "confirmed per level (median over its engines): batch 1: 1.30x, batch 4: 1.30x"
+        in (tmp_path / "best.yaml").read_text()
+    )
     # Every renderer reads that object: a changed stored outcome changes all of them, recomputing nothing.
     stored.reason = "SENTINEL reason"
     stored.verdict, stored.chosen = "no speculation", stored.baseline

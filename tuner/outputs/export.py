@@ -75,8 +75,8 @@ def _baseline_lines(out: StudyOutcome, metrics: TrialMetrics, base: TrialMetrics
     name = level_name(metrics.mode)
     lines = [f"# baseline without speculation: {base.tokens_per_s:.1f} output tokens/s (trial {out.baseline})"]
     if metrics.speedup is not None:
-        what = " (the weighted mean of the per-level speedups)" if len(metrics.levels) > 1 else ""
-        lines.append(f"# speedup over no speculation: {metrics.speedup:.2f}x{what}")
+        what = ", the weighted mean of the per-level speedups" if len(metrics.levels) > 1 else ""
+        lines.append(f"# speedup over no speculation: {metrics.speedup:.2f}x (in its trial's engine{what})")
     for level in metrics.levels:
         ref = out.reference.get(level.batch_size)
         if ref and level.speedup is not None:

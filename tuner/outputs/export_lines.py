@@ -45,7 +45,7 @@ def decision_lines(out: StudyOutcome) -> list[str]:
     lines = []
     conf = out.confirmation
     if conf is not None:
-        lines += [f"# {line}" for line in conf.summary_lines()]
+        lines += [f"# {line}" for line in conf.summary_lines(level_name(out.mode))]
     elif out.best_speculative is not None:
         lines.append("# not confirmed in fresh engines: the choice rests on one engine per configuration")
     if out.unknown_speedup:

@@ -76,6 +76,7 @@ class FinalistResult(BaseModel):
     low: float
     high: float
     spread: float  # (high - low) / median: the between-engine spread
+    per_level: dict[int, float] = {}  # level -> median over its engines of tokens/s over the baseline engines'
     wins: bool = False
     schedule: bool = False
     num_speculative_tokens: int | None = None
@@ -171,6 +172,12 @@ class Confirmation(BaseModel):
                 return None
             values = [self.engine_value(e) for e in runs]
             mid = statistics.median(values)
+            ref = self.reference() or {}
+            per_level = {
+                level: statistics.median(e.levels[level] / ref[level] for e in runs)
+                for level in self.weights
+                if level != SLO_RATE_LEVEL and ref.get(level) and all(level in e.levels for e in runs)
+            }
             return FinalistResult(
                 trial=f.trial,
                 label=f.label,
@@ -179,6 +186,7 @@ class Confirmation(BaseModel):
                 low=min(values),
                 high=max(values),
                 spread=(max(values) - min(values)) / mid if mid else 0.0,
+                per_level=per_level,
                 schedule=f.schedule,
                 num_speculative_tokens=f.num_speculative_tokens,
             )
@@ -213,8 +221,8 @@ class Confirmation(BaseModel):
             note="; ".join(notes),
         )
 
-    def summary_lines(self) -> list[str]:
-        """Plain lines for the export header and the report."""
+    def summary_lines(self, level_word: str = "batch") -> list[str]:
+        """Plain lines for the export header and the report; ``level_word`` names a level (batch, concurrency)."""
         if not self.complete:
             done = len(self.engines)
             return [f"confirmation in fresh engines incomplete ({done} of {len(self.plan())} engines measured)"]
@@ -240,6 +248,9 @@ class Confirmation(BaseModel):
         for r in d.speculative:
             verdict = "WINS beyond the between-engine spread" if r.wins else "does NOT win beyond the spread"
             lines.append(f"{r.label} (trial {r.trial}): {_span(r)}: {verdict}")
+            if len(r.per_level) > 1:
+                levels = ", ".join(f"{level_word} {lv}: {x:.2f}x" for lv, x in sorted(r.per_level.items()))
+                lines.append(f"  confirmed per level (median over its engines): {levels}")
         if d.note:
             lines.append(d.note)
         return lines

@@ -19,7 +19,7 @@ from tuner.results import outcome as outcomes
 from tuner.results import store
 from tuner.results.confirmation import CONFIRMATION, HISTORY, Confirmation, EngineRun, Finalist
 from tuner.results.schedule_run import ScheduleRun, schedule_spec
-from tuner.results.scoring import SLO_RATE_LEVEL, level_metrics, score_result
+from tuner.results.scoring import SLO_RATE_LEVEL, level_metrics, level_name, score_result
 from tuner.trial.deadline import confirmation_engine_s
 from tuner.trial.interrupts import sigterm_interrupts
 from tuner.trial.progress import format_left
@@ -55,7 +55,7 @@ def confirm_study(runner: StudyRunner, schedule: ScheduleRun | None = None) -> C
                 return conf  # unfinished: no decision yet; the next run resumes here
             conf.engines.append(_measure(runner, conf, round_, finalist, schedule))
             study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))  # durable before the next engine
-    for line in conf.summary_lines():
+    for line in conf.summary_lines(level_name(runner.config.workload.mode)):
         _say(runner, line)
     return conf
 

@@ -22,6 +22,7 @@ from tuner.outputs.report.prose import explain, headline, settings, verdict
 from tuner.outputs.report.schedule_section import schedule_section
 from tuner.outputs.report.served import measurement_lines, served_levels, slo_summary, workload_mode
 from tuner.redaction import mask_url
+from tuner.results.scoring import level_name
 
 if TYPE_CHECKING:
     import optuna
@@ -105,7 +106,7 @@ def _confirmation(study: optuna.Study, out: StudyOutcome | None) -> list[str]:
     from tuner.results import confirmation
 
     if out is not None and out.confirmation is not None:
-        return out.confirmation.summary_lines()
+        return out.confirmation.summary_lines(level_name(out.mode))
     if confirmation.load(study) is not None:
         return ["the stored confirmation is of other finalists (the study went on since): run `optimize` again"]
     return []
