@@ -248,6 +248,7 @@ def test_export_report_and_mlflow_render_the_stored_outcome(tmp_path: Path, fake
     assert "SENTINEL reason" in render_markdown(report)
     parent = MlflowClient(data["tracking"]["uri"]).get_run(study.user_attrs[store.PARENT_RUN])
     assert parent.data.tags["outcome.verdict"] == "speculation" and parent.data.tags["confirm.winner"] == "1"
+    assert parent.data.metrics["confirm_speedup_trial1_level1"] == pytest.approx(1.3, abs=0.01)
     best = MlflowClient(data["tracking"]["uri"]).search_runs(
         [parent.info.experiment_id], filter_string="tags.best = 'true'"
     )

@@ -59,6 +59,8 @@ def _log(runner: StudyRunner, out: StudyOutcome) -> None:
             name = "schedule" if r.schedule else f"trial{r.trial}"
             metrics[f"confirm_speedup_{name}"] = r.median
             metrics[f"confirm_spread_{name}"] = r.spread
+            for level, x in r.per_level.items():
+                metrics[f"confirm_speedup_{name}_level{level}"] = x
         if metrics:
             tracker.log_metrics(runner.parent_run, metrics)
         if conf.reference() is not None:
