@@ -134,21 +134,29 @@ def test_the_sampler_sees_every_value_against_the_current_reference() -> None:
 
 
 # -- the confirmation -----------------------------------------------------------------------------------
-def test_goodput_confirmation_passes_when_the_baseline_keeps_the_slo_at_no_rate() -> None:
-    conf = Confirmation(
+def _ngram_against_baseline(
+    weights: dict[int, float], rounds: list[tuple[dict[int, float], dict[int, float]]]
+) -> Confirmation:
+    """A confirmation of one n-gram finalist (trial 1) against the baseline (trial 0): per round, each one's
+    engine levels."""
+    return Confirmation(
         finalists=[
             Finalist(trial=1, label="ngram k=3", is_baseline=False),
             Finalist(trial=0, label="none", is_baseline=True),
         ],
-        rounds=2,
+        rounds=len(rounds),
         repeats=1,
-        weights={SLO_RATE_LEVEL: 1.0},
+        weights=weights,
         engines=[
-            EngineRun(round=r, trial=t, levels={SLO_RATE_LEVEL: rate})
-            for r in range(2)
-            for t, rate in ((1, 2.0), (0, 0.0))
+            EngineRun(round=r, trial=t, levels=levels)
+            for r, (spec, base) in enumerate(rounds)
+            for t, levels in ((1, spec), (0, base))
         ],
     )
+
+
+def test_goodput_confirmation_passes_when_the_baseline_keeps_the_slo_at_no_rate() -> None:
+    conf = _ngram_against_baseline({SLO_RATE_LEVEL: 1.0}, [({SLO_RATE_LEVEL: 2.0}, {SLO_RATE_LEVEL: 0.0})] * 2)
     decision = conf.decide()
     assert decision.winner == 1 and decision.baseline is not None and decision.baseline.high == 0.0
     assert "kept it at no rate tried" in conf.summary_lines()[0]
@@ -157,24 +165,12 @@ def test_goodput_confirmation_passes_when_the_baseline_keeps_the_slo_at_no_rate(
 def test_the_confirmation_states_each_levels_speedup_over_the_baseline_engines() -> None:
     """A drafter that wins at batch 1 and loses at batch 8: the weighted median hides that, the per-level
     line says it (median over the finalist's engines of its tokens/s over the baseline engines' median)."""
-    conf = Confirmation(
-        finalists=[
-            Finalist(trial=1, label="ngram k=3", is_baseline=False),
-            Finalist(trial=0, label="none", is_baseline=True),
-        ],
-        rounds=3,
-        repeats=1,
-        weights={1: 0.75, 8: 0.25},
-        engines=[
-            EngineRun(round=r, trial=t, levels=levels)
-            for r, (spec, base) in enumerate(
-                [
-                    ({1: 26.0, 8: 90.0}, {1: 20.0, 8: 100.0}),
-                    ({1: 28.0, 8: 94.0}, {1: 21.0, 8: 98.0}),
-                    ({1: 30.0, 8: 80.0}, {1: 19.0, 8: 102.0}),
-                ]
-            )
-            for t, levels in ((1, spec), (0, base))
+    conf = _ngram_against_baseline(
+        {1: 0.75, 8: 0.25},
+        [
+            ({1: 26.0, 8: 90.0}, {1: 20.0, 8: 100.0}),
+            ({1: 28.0, 8: 94.0}, {1: 21.0, 8: 98.0}),
+            ({1: 30.0, 8: 80.0}, {1: 19.0, 8: 102.0}),
         ],
     )
     (spec,) = conf.decide().speculative
