@@ -176,9 +176,8 @@ def measure(args: argparse.Namespace) -> None:
                 "prompt_counts": {k: len(v) for k, v in prompt_sets.items()},
                 "results": results,
             }
-            path = _write(
-                "measure", payload, RESULTS / args.out_dir
-            )  # after every k: a cut-short run keeps what it measured
+            # after every k: a cut-short run keeps what it measured
+            path = _write("measure", payload, RESULTS / args.out_dir)
     print()
     print_table(headers, [[r["prompts"], *_row("", r)[1:]] for r in results])
     print(f"wrote {path}")

@@ -163,7 +163,8 @@ class Confirmation(BaseModel):
             return Decision(winner=None, baseline=None, speculative=[], note="no baseline finalist")
         if self.skipped:
             return Decision(winner=None, baseline=None, speculative=[], note=self.skipped)
-        if self.reference() is None:
+        ref = self.reference()
+        if ref is None:
             return Decision(winner=None, baseline=None, speculative=[], note="no baseline engine completed")
 
         def result(f: Finalist) -> FinalistResult | None:
@@ -172,7 +173,6 @@ class Confirmation(BaseModel):
                 return None
             values = [self.engine_value(e) for e in runs]
             mid = statistics.median(values)
-            ref = self.reference() or {}
             per_level = {
                 level: statistics.median(e.levels[level] / ref[level] for e in runs)
                 for level in self.weights
