@@ -48,23 +48,24 @@ def load_prompts(files: list[str]) -> list[list[dict[str, str]]]:
     return out
 
 
-def training_prompts(seed: int, skip: int, n: int) -> list[list[dict[str, str]]]:
+def training_prompts(seed: int, skip: int, n: int, mix: str = "stdlib") -> list[list[dict[str, str]]]:
     """Unique prompts ``skip`` to ``skip + n`` of the training builder's stream (the stream is prefix-stable,
     so the first ``prompts`` of a recipe are the generated ones)."""
     from tuner.models.eagle3_prompts import unique_prompts
 
-    return unique_prompts(skip + n, seed)[skip:]
+    return unique_prompts(skip + n, seed, mix)[skip:]
 
 
 def builder_prompt_sets(recipe: dict[str, Any], heldout: int, seen: int) -> dict[str, list[Any]]:
     """``train-heldout`` (the first prompts after the recipe's generated ones) and ``train-seen`` (the first
     generated ones), each only when asked for."""
     n_generated, seed = int(recipe.get("prompts", 600)), int(recipe.get("seed", 0))
+    mix = str(recipe.get("prompt_mix", "stdlib"))
     sets: dict[str, list[Any]] = {}
     if heldout:
-        sets["train-heldout"] = training_prompts(seed, n_generated, heldout)
+        sets["train-heldout"] = training_prompts(seed, n_generated, heldout, mix)
     if seen:
-        sets["train-seen"] = training_prompts(seed, 0, seen)
+        sets["train-seen"] = training_prompts(seed, 0, seen, mix)
     return sets
 
 

@@ -68,3 +68,64 @@ def test_unique_prompts_keep_the_cpu_recipes_600_and_reach_the_gpu_recipes_count
     many = _texts(unique_prompts(GPU_RECIPE.prompts, seed=0))
     assert len(many) == len(set(many)) == GPU_RECIPE.prompts
     assert len(set(_texts(build_prompts(2 * GPU_RECIPE.prompts, seed=0)))) < GPU_RECIPE.prompts
+
+
+def _bench_texts() -> list[str]:
+    bench = []
+    for f in STUDY_PROMPTS.glob("*.jsonl"):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                bench += [m["content"] for m in json.loads(line)["messages"]]
+    assert bench
+    return bench
+
+
+def test_the_gpu_recipes_broad_mix_holds_no_benchmark_prompt_and_is_not_mostly_code() -> None:
+    """The GPU recipe's 4,000 prompts and the 200 after them (the held-out set): no study prompt's text or
+    longer code line, and chat is a third or more of them (the stdlib mix had 224 distinct chat prompts)."""
+    from tuner.models.eagle3 import GPU_RECIPE
+    from tuner.models.eagle3_prompts import unique_prompts
+
+    assert GPU_RECIPE.prompt_mix == "broad"
+    texts = _texts(unique_prompts(GPU_RECIPE.prompts + 200, seed=GPU_RECIPE.seed, mix=GPU_RECIPE.prompt_mix))
+    assert len(set(texts)) == len(texts)
+    training = "\n".join(texts)
+    for text in _bench_texts():
+        assert text not in training
+        for code_line in text.splitlines():
+            if len(code_line.strip()) > 30:
+                assert code_line not in training, code_line
+    code_like = [t for t in texts if "def " in t or "class " in t or "SQL" in t or "`" in t]
+    assert len(texts) - len(code_like) > len(texts) / 3
+
+
+def test_broad_mix_same_seed_same_prompts_and_the_stdlib_mix_is_unchanged() -> None:
+    from tuner.models.eagle3_prompts import unique_prompts
+
+    assert _texts(unique_prompts(200, seed=0, mix="broad")) == _texts(unique_prompts(200, seed=0, mix="broad"))
+    assert _texts(unique_prompts(200, seed=0, mix="broad")) != _texts(unique_prompts(200, seed=1, mix="broad"))
+    assert _texts(unique_prompts(50, seed=0)) == _texts(unique_prompts(50, seed=0, mix="stdlib"))
+
+
+def test_with_bug_swaps_one_operator_and_local_names_leave_out_the_arguments() -> None:
+    import ast
+    import random
+
+    from tuner.models.eagle3_prompts_broad import local_names, with_bug
+
+    source = "def f(a, b):\n    total = a + b\n    return total < 10\n"
+    buggy = with_bug(source, random.Random(0))
+    assert buggy is not None and buggy != source
+    ops = [type(n).__name__ for n in ast.walk(ast.parse(buggy)) if isinstance(n, (ast.operator, ast.cmpop))]
+    assert sorted(ops) in (["Lt", "Sub"], ["Add", "LtE"])
+    assert with_bug("def g(x):\n    return x\n", random.Random(0)) is None
+    assert local_names(source) == ["total"]
+
+
+def test_a_recipe_of_another_mix_works_in_its_own_folder() -> None:
+    from dataclasses import replace
+
+    from tuner.models.eagle3 import GPU_RECIPE, work_dir
+
+    root = Path("/cache")
+    assert work_dir(root, GPU_RECIPE) != work_dir(root, replace(GPU_RECIPE, prompt_mix="stdlib"))

@@ -39,10 +39,11 @@ class HeadRecipe:
     device: str = "cpu"  # where generation, extraction and training run: "cpu" or "cuda"
     dtype: str = "float32"  # the target's dtype for generation and extraction
     max_steps: int | None = None  # a cap on optimizer steps (the GPU recipe's time guard)
+    prompt_mix: str = "stdlib"  # tuner.models.eagle3_prompts.PROMPT_MIXES
 
 
 # One H200, about 10-12 minutes for the three steps (docs/benchmarks.md, "The GPU recipe"):
-# 4,000 prompts (most of what the prompt builder gives) answered to 256 tokens, all trained on, 6 epochs of
+# 4,000 prompts of the broad mix (stdlib code tasks, other code tasks and chat: eagle3_prompts_broad) answered to 256 tokens, all trained on, 6 epochs of
 # 8,192-token packs in bfloat16, as the H200 studies run the target. A 32,768-token draft vocabulary: with
 # 8,192 only 90% of the study prompts' answer tokens (74% of 3-token windows) can be drafted at all; the
 # head's lm_head is the target's, frozen, so a larger one costs no training.
@@ -56,6 +57,7 @@ GPU_RECIPE = HeadRecipe(
     device="cuda",
     dtype="bfloat16",
     max_steps=1500,
+    prompt_mix="broad",
 )
 DEVICES = ("cpu", "cuda")
 
@@ -70,7 +72,8 @@ def recipe_for(device: str) -> HeadRecipe:
 def work_dir(root: Path, recipe: HeadRecipe) -> Path:
     """The resumable work files' folder: one per recipe device, so that a GPU build never resumes from the
     CPU recipe's answers and hidden states (each step keeps a file that is already there)."""
-    return root / ("eagle3-work" if recipe.device == "cpu" else f"eagle3-work-{recipe.device}")
+    name = "eagle3-work" if recipe.device == "cpu" else f"eagle3-work-{recipe.device}"
+    return root / (name if recipe.prompt_mix == "stdlib" else f"{name}-{recipe.prompt_mix}")
 
 
 def train_python() -> Path:
@@ -111,7 +114,7 @@ def build_head(
 
     python = train_python()
     work.mkdir(parents=True, exist_ok=True)
-    prompts = unique_prompts(recipe.prompts, seed=recipe.seed)
+    prompts = unique_prompts(recipe.prompts, seed=recipe.seed, mix=recipe.prompt_mix)
     generate(target, prompts, work, recipe.max_tokens, recipe.seed, log, device=recipe.device, dtype=recipe.dtype)
     data = work / "data"
     _in_train_env(python, extract_args(target, work, recipe), log)

@@ -193,7 +193,7 @@ def stdlib_snippets() -> list[Snippet]:
     return out
 
 
-def _stub(source: str) -> str:
+def stub(source: str) -> str:
     """Signature and docstring only (everything up to the docstring's closing quotes)."""
     lines = source.splitlines(keepends=True)
     quotes = 0
@@ -204,11 +204,11 @@ def _stub(source: str) -> str:
     return "".join(lines[:1])
 
 
-def _bare(source: str, doc: str) -> str:
+def bare(source: str, doc: str) -> str:
     """The source without its docstring, for the 'write a docstring' task."""
-    stub = _stub(source)
-    first = stub.splitlines(keepends=True)[0]
-    return first + source[len(stub) :] if doc else source
+    head = stub(source)
+    first = head.splitlines(keepends=True)[0]
+    return first + source[len(head) :] if doc else source
 
 
 def build_prompts(n: int, seed: int = 0, code_share: float = 0.7) -> list[list[dict[str, str]]]:
@@ -220,7 +220,7 @@ def build_prompts(n: int, seed: int = 0, code_share: float = 0.7) -> list[list[d
         roll = rng.random()
         if roll < code_share:
             s = rng.choice(snippets)
-            text = rng.choice(CODE_TASKS).format(stub=_stub(s.source), source=s.source, bare=_bare(s.source, s.doc))
+            text = rng.choice(CODE_TASKS).format(stub=stub(s.source), source=s.source, bare=bare(s.source, s.doc))
         elif roll < code_share + (1 - code_share) / 2:
             s = rng.choice(snippets)
             text = rng.choice(DOC_TASKS).format(module=s.module, name=s.name, doc=s.doc)
@@ -230,16 +230,30 @@ def build_prompts(n: int, seed: int = 0, code_share: float = 0.7) -> list[list[d
     return prompts
 
 
-def unique_prompts(n: int, seed: int = 0) -> list[list[dict[str, str]]]:
-    """The first ``n`` distinct prompts of ``build_prompts``'s stream (prefix-stable: the first 600 are the
-    CPU recipe's). The stream repeats itself more and more (323 snippets x 16 tasks + the chat tasks: about
-    5,400 distinct prompts; 4,000 take some 11,000 draws), so it is drawn until ``n`` distinct ones came,
-    and a request beyond what it can give is an error rather than a smaller set."""
+PROMPT_MIXES = ("stdlib", "broad")
+
+
+def prompt_stream(n: int, seed: int, mix: str) -> list[list[dict[str, str]]]:
+    """``n`` prompts of a mix: ``stdlib`` (build_prompts, the CPU recipe's) or ``broad`` (the GPU recipe's)."""
+    if mix == "stdlib":
+        return build_prompts(n, seed=seed)
+    if mix == "broad":
+        from tuner.models.eagle3_prompts_broad import broad_prompts  # it builds on this module
+
+        return broad_prompts(n, seed=seed)
+    raise ValueError(f"prompt mix {mix!r}: one of {', '.join(PROMPT_MIXES)}")
+
+
+def unique_prompts(n: int, seed: int = 0, mix: str = "stdlib") -> list[list[dict[str, str]]]:
+    """The first ``n`` distinct prompts of the mix's stream (prefix-stable: the first 600 of ``stdlib`` are
+    the CPU recipe's). The stdlib stream repeats itself more and more (323 snippets x 16 tasks + the chat
+    tasks: about 5,400 distinct prompts; 4,000 take some 11,000 draws), so it is drawn until ``n`` distinct
+    ones came, and a request beyond what it can give is an error rather than a smaller set."""
     size = 2 * n
     while True:
         seen: set[str] = set()
         out: list[list[dict[str, str]]] = []
-        for p in build_prompts(size, seed=seed):
+        for p in prompt_stream(size, seed, mix):
             if p[0]["content"] not in seen:
                 seen.add(p[0]["content"])
                 out.append(p)
