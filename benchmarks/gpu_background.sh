@@ -47,7 +47,7 @@ src.backup(dst); dst.close()' "$results/$f" "$OUT/$f"
       done
       (cd "$results" && tar czf "$OUT/results.tgz" --ignore-failed-read \
          $(ls -d grid.json study_summary.json comparison.json machine.json timings.jsonl best.yaml serve_check.json \
-              engine_check.json ./*.log runs 2>/dev/null))
+              engine_check.json ./*.log runs head 2>/dev/null))
     fi
     if kill -0 "$pid" 2>/dev/null; then echo "still running after ${seconds}s"; exit 75; fi
     exit 0 ;;

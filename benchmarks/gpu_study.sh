@@ -15,7 +15,10 @@
 #   serve    vllm serve --config OUTDIR/best.yaml, one completion, stop -> OUTDIR/serve_check.json
 #            (if the server cannot start: vllm.LLM built from the file -> OUTDIR/engine_check.json)
 #   summary  per-trial table and wall-time split             -> OUTDIR/study_summary.json
-# and two steps that run only when named:
+# and three steps that run only when named:
+#   head     the prepared EAGLE-3 head: its marker, its weights' sha256 and its acceptance at k=3 with vLLM
+#            in bfloat16 (benchmarks/eagle3_head.py measure; every session retrains it: weights never
+#            leave the machine)                              -> OUTDIR/head/ (head.json, head.sha256, measure-*.json)
 #   grid     the same search space by brute force, one configuration after another (benchmarks/grid.py;
 #            GRID_ONLY=3,1,2 picks and orders configurations, GRID_DEADLINE_S stops in time; resumes)
 #                                                            -> OUTDIR/grid.json
@@ -29,7 +32,7 @@
 # SPECDEC_TUNER_CACHE (default OUTDIR/cache), VLLM_CACHE_ROOT (default OUTDIR/vllm-cache, so a fresh
 # OUTDIR starts with a cold compile cache), SERVE_PORT (8011), SERVE_TIMEOUT_S (300).
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,29p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,33p' "$0"; exit 2; }
 OUT=$(mkdir -p "$1" && cd "$1" && pwd); shift
 STEPS=${*:-check prepare study export serve summary}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,6 +90,13 @@ step_prepare() {
     echo "head from $HEAD_FROM: $(sha256sum "$models/SmolLM2-135M-Instruct-eagle3/model.safetensors" | cut -c1-16)"
   fi
   "$PY" -m tuner models prepare-demo ${PREPARE_ARGS:-}
+}
+
+step_head() {
+  local head=$SPECDEC_TUNER_CACHE/models/SmolLM2-135M-Instruct-eagle3
+  mkdir -p "$OUT/head" && cp "$head/specdec-tuner.json" "$OUT/head/head.json" \
+    && (cd "$head" && sha256sum ./*.safetensors) > "$OUT/head/head.sha256" || return 1
+  "$PY" -m benchmarks.eagle3_head measure --head "$head" --k 3 --dtype bfloat16 --train-heldout 40 --out-dir "$OUT/head"
 }
 
 step_study() {

@@ -32,14 +32,8 @@ def test_prompts_are_code_and_chat_from_the_standard_library() -> None:
 
 def test_no_benchmark_prompt_is_in_the_training_set() -> None:
     """No study prompt's text, nor any of its code lines longer than 30 characters, is a training prompt."""
-    bench = []
-    for f in STUDY_PROMPTS.glob("*.jsonl"):
-        for line in f.read_text().splitlines():
-            if line.strip():
-                bench += [m["content"] for m in json.loads(line)["messages"]]
-    assert bench
     training = "\n".join(_texts(build_prompts(600, seed=0)))
-    for text in bench:
+    for text in _bench_texts():
         assert text not in training
         for code_line in text.splitlines():
             if len(code_line.strip()) > 30:

@@ -14,7 +14,9 @@ import inspect
 import random
 import textwrap
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 # Pure-Python modules with many documented functions; none of them prints or starts anything on import.
 MODULES = (
@@ -169,9 +171,10 @@ class Snippet:
     doc: str
 
 
-def stdlib_snippets() -> list[Snippet]:
-    """Short documented functions of the modules above, in a fixed order."""
-    out: list[Snippet] = []
+def stdlib_members(predicate: Callable[[object], bool]) -> list[tuple[str, str, Any, str]]:
+    """(module, name, object, dedented source) of the public members of MODULES that ``predicate`` accepts
+    and that the module defines itself, in a fixed order; modules this Python lacks are skipped."""
+    out = []
     for module_name in MODULES:
         try:
             with warnings.catch_warnings():
@@ -180,15 +183,22 @@ def stdlib_snippets() -> list[Snippet]:
         except ImportError:
             continue
         for name, obj in sorted(vars(module).items()):
-            if name.startswith("_") or not inspect.isfunction(obj) or obj.__module__ != module.__name__:
+            if name.startswith("_") or not predicate(obj) or getattr(obj, "__module__", None) != module.__name__:
                 continue
-            doc = inspect.getdoc(obj)
             try:
                 source = textwrap.dedent(inspect.getsource(obj))
             except (OSError, TypeError):
                 continue
-            if not doc or source.count("\n") > MAX_SOURCE_LINES:
-                continue
+            out.append((module_name, name, obj, source))
+    return out
+
+
+def stdlib_snippets() -> list[Snippet]:
+    """Short documented functions of the modules above, in a fixed order."""
+    out: list[Snippet] = []
+    for module_name, name, obj, source in stdlib_members(inspect.isfunction):
+        doc = inspect.getdoc(obj)
+        if doc and source.count("\n") <= MAX_SOURCE_LINES:
             out.append(Snippet(module_name, name, source, " ".join(doc.split())[:400]))
     return out
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import inspect
 import random
 import re
-import textwrap
-import warnings
 
-from tuner.models.eagle3_prompts import CODE_TASKS, DOC_TASKS, MODULES, Snippet, bare, stdlib_snippets, stub
+from tuner.models.eagle3_prompts import CHAT_TASKS as STDLIB_CHAT_TASKS
+from tuner.models.eagle3_prompts import CODE_TASKS, DOC_TASKS, Snippet, bare, stdlib_members, stdlib_snippets, stub
 
 Conversation = list[dict[str, str]]
 
@@ -169,14 +167,9 @@ DISHES = (
     "porridge",
     "flatbread",
 )
+# The stdlib mix's chat templates and more shapes (stories, comparisons, checklists, recipes).
 CHAT_TASKS = (
-    "Write a short paragraph about {topic}.",
-    "Explain {topic} in simple words.",
-    "Give me five tips about {topic}.",
-    "Write a short poem about {topic}.",
-    "What are the pros and cons of {topic}?",
-    "Describe {topic} to a ten-year-old.",
-    "Write a friendly email to a colleague about {topic}.",
+    *STDLIB_CHAT_TASKS,
     "What is the most common mistake people make with {topic}?",
     "Write a short story in which {topic} matters.",
     "Tell me three surprising facts about {topic}.",
@@ -226,24 +219,11 @@ def doc_passages() -> tuple[str, ...]:
 @functools.cache
 def stdlib_classes() -> tuple[str, ...]:
     """Short documented classes of the stdlib modules, in a fixed order."""
-    out = []
-    for module_name in MODULES:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        for name, obj in sorted(vars(module).items()):
-            if name.startswith("_") or not inspect.isclass(obj) or obj.__module__ != module.__name__:
-                continue
-            try:
-                source = textwrap.dedent(inspect.getsource(obj))
-            except (OSError, TypeError):
-                continue
-            if inspect.getdoc(obj) and source.count("\n") <= MAX_CLASS_LINES and "def " in source:
-                out.append(source)
-    return tuple(out)
+    return tuple(
+        source
+        for _, _, obj, source in stdlib_members(inspect.isclass)
+        if inspect.getdoc(obj) and source.count("\n") <= MAX_CLASS_LINES and "def " in source
+    )
 
 
 def with_bug(source: str, rng: random.Random) -> str | None:
