@@ -44,9 +44,10 @@ class HeadRecipe:
 
 # One H200, about 10-12 minutes for the three steps (docs/benchmarks.md, "The GPU recipe"):
 # 4,000 prompts of the broad mix (stdlib code tasks, other code tasks and chat: eagle3_prompts_broad)
-# answered to 256 tokens, all trained on, 6 epochs of 8,192-token packs in bfloat16, as the H200 studies run the target. A 32,768-token draft vocabulary: with
-# 8,192 only 90% of the study prompts' answer tokens (74% of 3-token windows) can be drafted at all; the
-# head's lm_head is the target's, frozen, so a larger one costs no training.
+# answered to 256 tokens, all trained on, 6 epochs of 8,192-token packs in bfloat16, as the H200 studies run
+# the target. A 32,768-token draft vocabulary: with 8,192 only 90% of the study prompts' answer tokens (74% of
+# 3-token windows) can be drafted at all; the head's lm_head is the target's, frozen, so a larger one costs
+# no training.
 GPU_RECIPE = HeadRecipe(
     prompts=4000,
     max_tokens=256,
