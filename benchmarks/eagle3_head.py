@@ -86,7 +86,9 @@ def run_engine(
     from vllm import LLM, SamplingParams
 
     from tuner.engine.vllm_metrics import diff, snapshot
+    from tuner.environment import spawn_engine_cores
 
+    spawn_engine_cores()  # widen-check widens in this process first: a forked engine core would hang on a GPU
     spec = {"method": "eagle3", "model": head, "num_speculative_tokens": k} if head else None
     llm = LLM(
         model=target,

@@ -9,6 +9,12 @@
 #                                                                  # (vLLM's INFO/WARNING left out), copies the
 #                                                                  # results to $OUT; exit 0 done, 75 still running
 #
+# `wait` says how long ago the log was last written: minutes of silence mean a step hangs (the head's generation
+# engine did, three sessions running, before eagle3_data.generate spawned it: docs/measurement-log.md, 2026-12-07).
+# Once the EAGLE-3 head is trained, the first `wait` after it also brings the head back as $OUT/head.tar.NN
+# (15 MiB pieces; weights never enter the repository): keep them here in a git-ignored folder and carry them to
+# the next machine as one folder of parts for HEAD_FROM, which saves that machine the head's ~600 s of training.
+#
 # Environment as for gpu_session.sh (RESUME_FROM, STUDY, PREPARE_ARGS, ...); leave STUDY_TIME_LIMIT_S unset.
 # If the machine goes back mid-trial, the snapshot of the last `wait` holds every finished trial and the
 # study retries the interrupted one when it resumes.
@@ -38,6 +44,7 @@ case $cmd in
     offset=$(cat "$results/background.offset" 2>/dev/null || echo 0); offset=${offset:-0}
     tail -c +$((offset + 1)) "$log" | grep -av '^(\|INFO\|^\[W\|WARNING'
     wc -c < "$log" > "$results/background.offset"
+    echo "log last written $(($(date +%s) - $(stat -c %Y "$log"))) s ago"
     if [ -n "${OUT:-}" ]; then
       # The study may be writing: copy each database through SQLite's backup API, never a torn file.
       for f in optuna.db mlflow.db; do
@@ -48,6 +55,11 @@ src.backup(dst); dst.close()' "$results/$f" "$OUT/$f"
       (cd "$results" && tar czf "$OUT/results.tgz" --ignore-failed-read \
          $(ls -d grid.json study_summary.json comparison.json machine.json timings.jsonl best.yaml serve_check.json \
               engine_check.json ./*.log runs head 2>/dev/null))
+      head=${SPECDEC_TUNER_CACHE:-$results/cache}/models/SmolLM2-135M-Instruct-eagle3
+      if [ -f "$head/specdec-tuner.json" ] && [ ! -f "$results/head.sent" ]; then
+        tar cf - -C "$(dirname "$head")" "$(basename "$head")" | split -b 15m -d - "$OUT/head.tar." \
+          && touch "$results/head.sent" && echo "head: $(ls "$OUT"/head.tar.* | wc -l) piece(s) in \$OUT"
+      fi
     fi
     if kill -0 "$pid" 2>/dev/null; then echo "still running after ${seconds}s"; exit 75; fi
     exit 0 ;;

@@ -127,3 +127,31 @@ def test_a_cached_head_is_kept_only_for_its_own_recipe(monkeypatch, tmp_path: Pa
     demo.prepare_demo(**quiet, device="cuda")
     assert built == ["cpu", "cuda"] and widened == ["cpu", "cuda"]
     assert demo.head_recipe_device(demo.demo_path(demo.WIDE_EAGLE3_NAME)) == "cuda"
+
+
+class _EngineStart(Exception):
+    """Raised by the stand-in engine once it has read how vLLM would start its engine core."""
+
+
+def test_the_head_generation_engine_core_is_spawned_not_forked(monkeypatch, tmp_path: Path) -> None:
+    """prepare-demo --wide runs torch's OpenMP pool (the widened target) before it generates the head's text;
+    vLLM forks its engine core on a GPU host by default, and a child forked after that hangs in its first
+    parallel torch op. The start method is vLLM's own decision (``get_mp_context``), read where vLLM reads it;
+    only the engine behind it is a stand-in (the CPU platform spawns whatever is asked)."""
+    import vllm
+    from vllm.utils.system_utils import get_mp_context
+
+    from tuner.models.eagle3_data import generate
+
+    seen: list[str] = []
+
+    def engine(**_: object) -> None:
+        seen.append(get_mp_context().get_start_method())
+        raise _EngineStart
+
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    monkeypatch.setattr(vllm, "LLM", engine)
+    prompts = [[{"role": "user", "content": "hi"}]]
+    with pytest.raises(_EngineStart):
+        generate(tmp_path / "target", prompts, tmp_path, max_tokens=4, seed=0, device="cuda", dtype="bfloat16")
+    assert seen == ["spawn"]

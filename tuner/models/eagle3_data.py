@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tuner.environment import spawn_engine_cores
+
 
 def default_aux_layers(num_layers: int) -> list[int]:
     """vLLM's and speculators' default: (2, num_layers // 2, num_layers - 3)."""
@@ -47,6 +49,7 @@ def generate(
         return path
     from vllm import LLM, SamplingParams
 
+    spawn_engine_cores()  # this process may have widened the target: a forked engine core would hang
     gpu = device == "cuda"
     more: dict[str, Any] = {"max_num_seqs": 1024} if gpu else {}
     llm = LLM(
