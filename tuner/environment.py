@@ -1,5 +1,5 @@
 """Environment variables the tuner reads, named once for the CLI, the workers it starts and the engines
-(which must not inherit them: they may carry database passwords)."""
+(which must not inherit them: they may carry database passwords), and the one it sets for vLLM."""
 
 import os
 
