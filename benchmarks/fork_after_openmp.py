@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.common import write_result
+from benchmarks.common import print_table, write_result
 
 CASES = [("nothing", "fork"), ("widened weight", "fork"), ("widened weight", "spawn")]
 
@@ -71,9 +71,7 @@ def main() -> None:
                 "wall_s": round(time.monotonic() - started, 1),
             }
         )
-    print(f"{'parent ran':<16} {'child started by':<17} {'child':<6} wall s")
-    for r in rows:
-        print(f"{r['parent ran']:<16} {r['child started by']:<17} {r['child']:<6} {r['wall_s']}")
+    print_table(["parent ran", "child started by", "child", "wall s"], [list(r.values()) for r in rows])
     path = write_result(
         "fork-after-openmp",
         {"torch": torch.__version__, "threads": torch.get_num_threads(), "timeout_s": args.timeout_s, "rows": rows},
