@@ -92,6 +92,18 @@ STUDIES = [
         grid_command=GRID_CMD,
     ),
     Study(
+        "wide-eagle3-h100",
+        "the wide target with the trained EAGLE-3 head, offline, batch 1, 4, 16, 64, on an H100",
+        "eagle3-wide-h100-20261207",
+        "study_summary.json",
+        "studies/wide-h200-eagle3.yaml",
+        "not run yet",
+        grid="grid.json",
+        grid_command="`PREPARE_ARGS='--wide --eagle3 --device cuda' STUDY=studies/wide-h200-eagle3.yaml "
+        "GRID_ONLY=3,0,2,4,5,6,1 bash benchmarks/gpu_background.sh start /root/e3w check prepare head grid` "
+        "(`python3 -m benchmarks.grid --study studies/wide-h200-eagle3.yaml --results grid.json --only ...`)",
+    ),
+    Study(
         "wide-serve-026",
         "the wide target served: 1, 4, 16, 64 requests in flight",
         "wide-h200-serve-20261202",
@@ -391,8 +403,13 @@ def t_pays(doc: Path) -> str:
     for st in STUDIES:
         path = RESULTS / st.folder / st.summary
         summary = _json(path)
+        grows = grid_rows(st)
+        info = grid_info(st)
         if not summary:
             parts.append(f"**{st.title}**: no results file yet (`{path.relative_to(RESULTS).as_posix()}`).")
+            if grows and info:
+                parts.append(_grid_pays(st, grows, info, doc))
+            parts.append("")
             continue
         trials = summary["trials"]
         src = _source(
@@ -414,16 +431,19 @@ def t_pays(doc: Path) -> str:
             parts.append(
                 table(["trial", "configuration", "highest rate keeping the SLO"], [[*r[:2], r[3]] for r in rates])
             )
-        grows = grid_rows(st)
-        info = grid_info(st)
         if grows and info:
-            parts.append(
-                f"\n**The same space by brute force** ({info['measured']} of {info['total']} configurations, one "
-                f"engine each). {_source([_link(info['path'], doc), info['dates'], f'command: {st.grid_command}'])}\n"
-            )
-            parts.append(pays_table(grows, "batch"))
+            parts.append(_grid_pays(st, grows, info, doc))
         parts.append("")
     return "\n".join(parts).rstrip()
+
+
+def _grid_pays(st: Study, grows: list[dict[str, Any]], info: dict[str, Any], doc: Path) -> str:
+    where = _machine(info["path"].parent)
+    src = _source([_link(info["path"], doc), info["dates"], where, f"command: {st.grid_command}"])
+    head = (
+        f"\n**The same space by brute force** ({info['measured']} of {info['total']} configurations, one engine each)."
+    )
+    return f"{head} {src}\n\n{pays_table(grows, 'batch')}"
 
 
 def t_demo_pays(doc: Path) -> str:
@@ -1401,6 +1421,7 @@ def t_grid(key: str) -> Callable[[Path], str]:
                 [
                     _link(info["path"], doc),
                     info["dates"],
+                    _machine(info["path"].parent),
                     f"{info['measured']} of {info['total']} configurations, {info['gpu_time_s']:,.0f} s of engine time",
                     "speedups against the grid's fastest no-speculation configuration at each level",
                     f"command: {st.grid_command}",

@@ -161,3 +161,14 @@ def test_a_grid_added_to_a_study_folder_enters_the_comparison(tmp_path: Path, mo
     )
     assert "42 of 42 configurations: 4,861 s" in table
     assert "0.26.0 grid" in dt.t_versions(DOC)
+
+
+def test_a_grid_without_its_study_is_shown_with_its_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = _results(tmp_path, monkeypatch)
+    folder = "eagle3-wide-h100-20261207"  # a grid.json and machine.json, no study_summary.json
+    shutil.copytree(dt.ROOT / "benchmarks" / "results" / folder, results / folder)
+    pays = dt.t_pays(DOC)
+    part = pays[pays.index("trained EAGLE-3 head") :]
+    assert "no results file yet" in part.split("\n")[0]
+    assert "**The same space by brute force** (7 of 19 configurations" in part
+    assert "NVIDIA H100 80GB HBM3" in part and "#3: k=3 compiled" in part
