@@ -157,6 +157,9 @@ def measure(args: argparse.Namespace) -> None:
     head_info = json.loads(marker.read_text()) if marker.is_file() else {}
     prompt_sets = {Path(f).stem: load_prompts([f]) for f in args.prompts}
     recipe = head_info.get("result", {}).get("recipe", {})
+    label = Path(args.head).name
+    if recipe:  # two heads of one name (CPU and GPU recipes) stay apart in the tables
+        label += f" ({recipe.get('device', 'cpu')} recipe, {recipe.get('prompt_mix', 'stdlib')} prompts)"
     n_generated, seed = int(recipe.get("prompts", 600)), int(recipe.get("seed", 0))
     prompt_sets.update(builder_prompt_sets(recipe, args.train_heldout, args.train_seen))
     if args.trainer_val:
@@ -173,6 +176,7 @@ def measure(args: argparse.Namespace) -> None:
             payload = {
                 "target": target,
                 "head": args.head,
+                "head_label": label,
                 "head_info": head_info,
                 "max_tokens": args.max_tokens,
                 "dtype": args.dtype,

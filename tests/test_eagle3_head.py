@@ -155,3 +155,52 @@ def test_the_head_generation_engine_core_is_spawned_not_forked(monkeypatch, tmp_
     with pytest.raises(_EngineStart):
         generate(tmp_path / "target", prompts, tmp_path, max_tokens=4, seed=0, device="cuda", dtype="bfloat16")
     assert seen == ["spawn"]
+
+
+TRAINER_LOG = (
+    Path(__file__).resolve().parents[1] / "benchmarks/results/eagle3-wide-h100-20261207/background-filtered.log"
+)
+
+
+def test_the_training_record_reads_speculators_validation_and_steps_from_its_log() -> None:
+    """The GPU head's record (2026-12-07, H100) was assembled by hand from this log: 6 epochs, 713 steps, the last
+    epoch's validation accuracies 0.765 / 0.601 / 0.486; the record written by build_head must say the same."""
+    from tuner.models.eagle3 import train_steps, validation_metrics
+
+    text = TRAINER_LOG.read_text()
+    metrics = validation_metrics(text)
+    assert sorted(metrics) == [0, 1, 2, 3, 4, 5]
+    assert [metrics[5][f"full_acc_{i}_epoch"] for i in range(3)] == [0.765, 0.601, 0.486]
+    assert metrics[0]["loss_epoch"] == 8.467 and len(metrics[0]) == 10
+    steps = train_steps(text)
+    assert steps[0] == 119 and steps[1] == 118 and sum(steps.values()) == 713
+
+
+def test_a_training_step_keeps_its_output_and_fails_loudly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tuner.models.eagle3 import run_training_step
+
+    kept = tmp_path / "train.log"
+    run_training_step(Path(sys.executable), ["-c", "print('val/loss_epoch=1.5, epoch=0')"], lambda m: None, kept)
+    assert kept.read_text() == "val/loss_epoch=1.5, epoch=0\n"
+    with pytest.raises(subprocess.CalledProcessError):
+        run_training_step(Path(sys.executable), ["-c", "import sys; print('x'); sys.exit(3)"], lambda m: None, kept)
+    assert kept.read_text() == "x\n"
+
+
+def test_the_training_data_record_counts_what_the_trainer_was_given(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tuner.models.eagle3 import GPU_RECIPE, training_data
+
+    rows = [{"prompt_ids": [1] * p, "answer_ids": [2] * a} for p, a in [(3, 10), (2, 4), (5, 1)]]
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert training_data(responses, replace(GPU_RECIPE, sequences=2)) == {
+        "prompts": 3,
+        "answer_tokens": 15,
+        "sequences": 2,
+        "trained_answer_tokens": 5,
+    }

@@ -14,8 +14,11 @@ Both are cached beside the other demo models; weights are never committed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -100,30 +103,113 @@ def train_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return dict(environ, PYTHONPATH=os.pathsep.join(paths), OMP_NUM_THREADS="1")
 
 
-def _in_train_env(python: Path, args: list[str], log: Callable[[str], object]) -> None:
+def run_training_step(
+    python: Path, args: list[str], log: Callable[[str], object], transcript: Path | None = None
+) -> None:
+    """Run a training step; with ``transcript``, its output is also kept there (the trainer's validation lines
+    go into the head's training record)."""
     env = train_env()
     log(" ".join([python.name, *args]))
-    subprocess.run([str(python), *args], check=True, env=env)
+    if transcript is None:
+        subprocess.run([str(python), *args], check=True, env=env)
+        return
+    # rich wraps its log lines at the terminal's width (80 when piped): wide enough that no metric is cut
+    env["COLUMNS"] = "200"
+    with (
+        subprocess.Popen(
+            [str(python), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc,
+        transcript.open("w") as kept,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            kept.write(line)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, [str(python), *args])
+
+
+_METRIC = re.compile(r"(val/\w+|(?<![\w/])epoch)=([-+0-9.eE]+)")
+
+
+def validation_metrics(transcript: str) -> dict[int, dict[str, float]]:
+    """speculators' per-epoch validation metrics (``val/full_acc_0_epoch=0.455, ... epoch=0``) from its log."""
+    epochs: dict[int, dict[str, float]] = {}
+    pending: dict[str, float] = {}
+    for name, value in _METRIC.findall(transcript):
+        if name == "epoch":
+            if pending:
+                epochs[int(value)] = pending
+            pending = {}
+        else:
+            pending[name.removeprefix("val/")] = float(value.rstrip(".,"))
+    return epochs
+
+
+def train_steps(transcript: str) -> dict[int, int]:
+    """Optimizer steps per epoch: each epoch's first finished progress bar (the second is its validation)."""
+    steps: dict[int, int] = {}
+    for line in transcript.splitlines():
+        m = re.match(r"Epoch (\d+) +100% .*? (\d+)/(\d+)", line)
+        if m and int(m.group(1)) not in steps:
+            steps[int(m.group(1))] = int(m.group(3))
+    return steps
+
+
+def training_data(responses: Path, recipe: HeadRecipe) -> dict[str, int]:
+    """What the trainer was given: prompts answered, sequences trained on and their answer tokens."""
+    from tuner.models.eagle3_data import read_responses, select_shortest
+
+    rows = read_responses(responses)
+    kept = select_shortest(rows, recipe.sequences)
+    return {
+        "prompts": len(rows),
+        "answer_tokens": sum(len(r["answer_ids"]) for r in rows),
+        "sequences": len(kept),
+        "trained_answer_tokens": sum(len(r["answer_ids"]) for r in kept),
+    }
 
 
 def build_head(
     target: Path, dst: Path, work: Path, recipe: HeadRecipe, log: Callable[[str], object]
 ) -> dict[str, object]:
-    """Generate, extract and train in ``work`` (each step resumable); copy the last epoch's head to ``dst``."""
+    """Generate, extract and train in ``work`` (each step resumable); copy the last epoch's head to ``dst``.
+
+    Returns the head's training record (kept in its marker): the recipe, the data, each step's seconds (a step
+    whose file was already there took about none) and speculators' validation metrics and steps per epoch."""
     from tuner.models.eagle3_data import generate
     from tuner.models.eagle3_prompts import unique_prompts
 
     python = train_python()
     work.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
     prompts = unique_prompts(recipe.prompts, seed=recipe.seed, mix=recipe.prompt_mix)
-    generate(target, prompts, work, recipe.max_tokens, recipe.seed, log, device=recipe.device, dtype=recipe.dtype)
+    responses = generate(
+        target, prompts, work, recipe.max_tokens, recipe.seed, log, device=recipe.device, dtype=recipe.dtype
+    )
+    seconds["generate"] = round(time.perf_counter() - start, 1)
     data = work / "data"
-    _in_train_env(python, extract_args(target, work, recipe), log)
+    start = time.perf_counter()
+    run_training_step(python, extract_args(target, work, recipe), log)
+    seconds["extract"] = round(time.perf_counter() - start, 1)
     ckpt = work / "checkpoints"
-    _in_train_env(python, ["-m", "tuner.models.eagle3_train", *train_args(target, data, ckpt, recipe)], log)
+    transcript = work / "train.log"
+    start = time.perf_counter()
+    train = ["-m", "tuner.models.eagle3_train", *train_args(target, data, ckpt, recipe)]
+    run_training_step(python, train, log, transcript)
+    seconds["train"] = round(time.perf_counter() - start, 1)
     last = max((p for p in ckpt.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
     export_head(last, dst)
-    return {"recipe": asdict(recipe), "epoch": int(last.name)}
+    text = transcript.read_text(errors="replace")
+    return {
+        "recipe": asdict(recipe),
+        "epoch": int(last.name),
+        "data": training_data(responses, recipe),
+        "seconds": seconds,
+        "steps_per_epoch": train_steps(text),
+        "validation": validation_metrics(text),
+    }
 
 
 def extract_args(target: Path, work: Path, recipe: HeadRecipe) -> list[str]:
