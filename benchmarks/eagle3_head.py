@@ -2,6 +2,7 @@
 
     python -m benchmarks.eagle3_head measure --head DIR [--target DIR] [--k 2 3 4 5 6] [--prompts F ...]
     python -m benchmarks.eagle3_head widen-check --head DIR [--hidden 1024 --intermediate 2048 --kv-heads 16]
+    python -m benchmarks.eagle3_head record --head DIR --out FILE
 
 ``measure`` runs the study prompts (chat, greedy, as the studies do) through vLLM with
 ``method: eagle3`` once per k and reads vLLM's spec-decode counters (tuner.engine.vllm_metrics):
@@ -16,7 +17,9 @@ generated ones (about two thirds of them trained on). Acceptance there, against 
 validation accuracy, tells a distribution shift from a loading bug. ``--trainer-val RESPONSES`` adds the
 trainer's own validation prompts: the last (1 - train ratio) of the recipe's ``sequences`` shortest rows of
 that run's responses.jsonl (tuner.models.eagle3_data.select_shortest, speculators' split).
-Prints a table and writes JSON under benchmarks/results/<--out-dir>/.
+``record`` writes the head's training record (``training.json``, docs/benchmarks.md's training table) from
+the record ``build_head`` kept in the head's marker: the data, each step's seconds, speculators' steps and
+validation metrics per epoch. Prints a table and writes JSON under benchmarks/results/<--out-dir>/.
 Measuring on the study prompts is fine; training on them is not (tuner/models/eagle3_prompts.py).
 """
 
@@ -229,6 +232,75 @@ def widen_check(args: argparse.Namespace) -> None:
     print(f"wrote {path}")
 
 
+def training_record(marker: dict[str, Any], date: str, machine_info: dict[str, Any]) -> dict[str, Any] | None:
+    """``training.json`` from a head's marker; None for a head trained before build_head kept its record."""
+    result = marker.get("result", {})
+    if "validation" not in result:
+        return None
+    recipe, data, seconds = result["recipe"], result["data"], result["seconds"]
+    validation = {str(k): v for k, v in result["validation"].items()}
+    return {
+        "benchmark": "eagle3-head training",
+        "date": date,
+        "machine": machine_info,
+        "recipe": recipe,
+        "generation": {
+            "prompts": data["prompts"],
+            "answer_tokens": data["answer_tokens"],
+            "max_tokens": recipe["max_tokens"],
+            "wall_s": seconds["generate"],
+        },
+        "training_data": {
+            "sequences": data["sequences"],
+            "answer_tokens_with_loss": data["trained_answer_tokens"],
+            "train_ratio": 0.95,
+            "extract_wall_s": seconds["extract"],
+        },
+        "training": {
+            "speculators": machine_info.get("speculators", "?"),
+            # the epochs that ran: a step cap (recipe max_steps) can end training before the recipe's epochs
+            "epochs": max(map(int, validation)) + 1 if validation else 0,
+            "steps": sum(result["steps_per_epoch"].values()),
+            "wall_s": seconds["train"],
+            "val_metrics_per_epoch": validation,
+        },
+    }
+
+
+def record(args: argparse.Namespace) -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    marker_path = Path(args.head) / "specdec-tuner.json"
+    info = machine()
+    try:
+        info["speculators"] = version("speculators")
+    except PackageNotFoundError:
+        pass
+    date = dt.datetime.fromtimestamp(marker_path.stat().st_mtime).isoformat(timespec="seconds")
+    rec = training_record(json.loads(marker_path.read_text()), date, info)
+    if rec is None:
+        print(f"{marker_path}: no training record (a head trained before build_head kept one)")
+        return
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"command": " ".join(["python", *sys.argv]), **rec}, indent=1) + "\n")
+    tr = rec["training"]
+    print_table(
+        ["prompts", "answer tokens", "generate s", "extract s", "train s", "epochs", "steps"],
+        [
+            [
+                rec["generation"]["prompts"],
+                rec["generation"]["answer_tokens"],
+                rec["generation"]["wall_s"],
+                rec["training_data"]["extract_wall_s"],
+                tr["wall_s"],
+                tr["epochs"],
+                tr["steps"],
+            ]
+        ],
+    )
+    print(f"wrote {args.out}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -253,8 +325,11 @@ def main() -> None:
     w.add_argument("--kv-heads", type=int, default=16)
     w.add_argument("--workdir", default=None)
     w.add_argument("--out-dir", default=OUT_DIR.name, help="folder under benchmarks/results")
+    r = sub.add_parser("record")
+    r.add_argument("--head", required=True)
+    r.add_argument("--out", required=True, help="the training.json to write")
     args = p.parse_args()
-    measure(args) if args.cmd == "measure" else widen_check(args)
+    {"measure": measure, "widen-check": widen_check, "record": record}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@
 #            (if the server cannot start: vllm.LLM built from the file -> OUTDIR/engine_check.json)
 #   summary  per-trial table and wall-time split             -> OUTDIR/study_summary.json
 # and three steps that run only when named:
-#   head     the prepared EAGLE-3 head: its marker, its weights' sha256 and its acceptance at k=3 with vLLM
-#            in bfloat16 (benchmarks/eagle3_head.py measure; every session retrains it: weights never
-#            leave the machine)                              -> OUTDIR/head/ (head.json, head.sha256, measure-*.json)
+#   head     the prepared EAGLE-3 head: its marker, its training record, its weights' sha256 and its acceptance
+#            at k=3 with vLLM in bfloat16 (benchmarks/eagle3_head.py record and measure; weights never enter
+#            the repository)                   -> OUTDIR/head/ (head.json, training.json, head.sha256, measure-*.json)
 #   grid     the same search space by brute force, one configuration after another (benchmarks/grid.py;
 #            GRID_ONLY=3,1,2 picks and orders configurations, GRID_DEADLINE_S stops in time; resumes)
 #                                                            -> OUTDIR/grid.json
@@ -96,6 +96,7 @@ step_head() {
   local head=$SPECDEC_TUNER_CACHE/models/SmolLM2-135M-Instruct-eagle3
   mkdir -p "$OUT/head" && cp "$head/specdec-tuner.json" "$OUT/head/head.json" \
     && (cd "$head" && sha256sum ./*.safetensors) > "$OUT/head/head.sha256" || return 1
+  "$PY" -m benchmarks.eagle3_head record --head "$head" --out "$OUT/head/training.json" || return 1
   "$PY" -m benchmarks.eagle3_head measure --head "$head" --k 3 --dtype bfloat16 --train-heldout 40 --out-dir "$OUT/head"
 }
 

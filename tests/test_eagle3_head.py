@@ -204,3 +204,41 @@ def test_the_training_data_record_counts_what_the_trainer_was_given(tmp_path: Pa
         "sequences": 2,
         "trained_answer_tokens": 5,
     }
+
+
+def test_the_training_record_file_is_the_one_the_docs_table_reads(tmp_path: Path) -> None:
+    """benchmarks/docs_tables.py renders training.json (t_eagle3_head); the record written from build_head's marker
+    must carry what that table reads, epochs counted from the validation that ran (a step cap can end early)."""
+    from dataclasses import asdict
+
+    from benchmarks.eagle3_head import training_record
+    from tuner.models.eagle3 import GPU_RECIPE, train_steps, validation_metrics
+
+    text = TRAINER_LOG.read_text()
+    marker = json.loads(
+        json.dumps(  # through JSON, as the marker is read back: epoch keys become strings
+            {
+                "result": {
+                    "recipe": asdict(GPU_RECIPE),
+                    "epoch": 5,
+                    "data": {
+                        "prompts": 4000,
+                        "answer_tokens": 584978,
+                        "sequences": 4000,
+                        "trained_answer_tokens": 584978,
+                    },
+                    "seconds": {"generate": 120.5, "extract": 60.0, "train": 173.0},
+                    "steps_per_epoch": train_steps(text),
+                    "validation": validation_metrics(text),
+                }
+            }
+        )
+    )
+    rec = training_record(marker, "2026-12-07T12:10:38", {"cpu": "x", "speculators": "0.9.0"})
+    assert rec is not None
+    tr = rec["training"]
+    assert tr["epochs"] == 6 and tr["steps"] == 713 and tr["speculators"] == "0.9.0"
+    assert tr["val_metrics_per_epoch"][str(tr["epochs"] - 1)]["full_acc_2_epoch"] == 0.486
+    assert rec["generation"] == {"prompts": 4000, "answer_tokens": 584978, "max_tokens": 256, "wall_s": 120.5}
+    assert rec["training_data"]["answer_tokens_with_loss"] == 584978
+    assert training_record({"result": {"recipe": {}, "epoch": 1}}, "d", {}) is None
