@@ -97,7 +97,10 @@ STUDIES = [
         "eagle3-wide-h100-20261207",
         "study_summary.json",
         "studies/wide-h200-eagle3.yaml",
-        "not run yet",
+        "`RESUME_FROM=... HEAD_FROM=/root/head PREPARE_ARGS='--wide --eagle3 --device cuda' "
+        "STUDY=studies/wide-h200-eagle3.yaml bash benchmarks/gpu_background.sh start /root/e3w` (steps check prepare "
+        "study export serve summary grid), then `python -m benchmarks.gpu_report study`",
+        db="optuna.db",
         grid="grid.json",
         grid_command="`PREPARE_ARGS='--wide --eagle3 --device cuda' STUDY=studies/wide-h200-eagle3.yaml "
         "GRID_ONLY=3,0,2,4,5,6,1 bash benchmarks/gpu_background.sh start /root/e3w check prepare head grid` "
@@ -161,6 +164,21 @@ def _machine(folder: Path) -> str:
     desc = f"1× {name} ({rest[0]}, driver {rest[1]})" if len(rest) == 2 else name
     cpu = f"{m.get('cores')} {str(m.get('cpu', '')).replace('(R)', '').replace(' Processor', '')} cores"
     return f"{desc}, {cpu}, torch {m.get('torch')}" if desc else f"{cpu}, torch {m.get('torch')}"
+
+
+def _cards(studies: list[Study]) -> str:
+    """The machines a table's studies ran on, each once with the studies it ran (H200 and H100 studies mix)."""
+    by_card: dict[str, list[str]] = {}
+    for st in studies:
+        desc = _machine(RESULTS / st.folder / Path(st.summary).parent)
+        # "1× NAME (memory, driver), cores, torch": the card; a CPU study's hardware class as it is
+        card = re.match(r"[^,(]*(\([^)]*\))?", desc).group(0).strip() if desc.startswith("1×") else desc  # type: ignore[union-attr]
+        names = by_card.setdefault(card, [])
+        if f"`{st.study_file}`" not in names:
+            names.append(f"`{st.study_file}`")
+    if len(by_card) == 1:
+        return next(iter(by_card))
+    return "; ".join(f"{card}: {', '.join(names)}" for card, names in by_card.items())
 
 
 def _vllm(trials: list[dict[str, Any]]) -> str:
@@ -535,13 +553,14 @@ def t_versions(doc: Path) -> str:
 
 def t_tuner_vs_grid(doc: Path) -> str:
     """Does the tuner find the grid's best, and at what GPU time?"""
-    rows, cost = [], []
+    rows, cost, shown = [], [], []
     for st in STUDIES:
         summary = _json(RESULTS / st.folder / st.summary)
         grows = grid_rows(st)
         info = grid_info(st)
         if not summary or not grows or not info:
             continue
+        shown.append(st)
         tbase, _ = _best_by_drafter(study_rows(summary))
         tr = study_rows(summary)
         for b in sorted(tbase):
@@ -595,7 +614,7 @@ def t_tuner_vs_grid(doc: Path) -> str:
             cost,
         )
         + "\n\n"
-        + _source(["percentages of the grid's GPU time", "1× NVIDIA H200", "commands: the tables above"])
+        + _source(["percentages of the grid's GPU time", _cards(shown), "commands: the tables above"])
     )
 
 
@@ -783,13 +802,14 @@ def _files_machine(paths: Any) -> str:
 
 def t_time_gpu(doc: Path) -> str:
     """Where a GPU study's wall time goes: the study summary's split and the steps of ``timings.jsonl``."""
-    rows = []
+    rows, shown = [], []
     for st in STUDIES:
         path = RESULTS / st.folder / st.summary
         summary = _json(path)
         split = (summary or {}).get("split")
         if not split:
             continue
+        shown.append(st)
         wall = split.get("study_wall_s") or split["trials_wall_s"]
         parts = [
             ("engine start", split.get("engine_start_s")),
@@ -827,7 +847,7 @@ def t_time_gpu(doc: Path) -> str:
             [
                 "`split` of each `study_summary.json` (`python -m benchmarks.gpu_report study`); steps summed from the "
                 "folder's `timings.jsonl` (written by `benchmarks/gpu_session.sh` / `gpu_study.sh`)",
-                "1× NVIDIA H200 (or the CPU VM for serve-cpu)",
+                _cards(shown),
             ]
         )
     )

@@ -71,7 +71,10 @@ def study_summary(study_file: Path, storage: str, workdir: Path, timings: Path |
         duplicate = store.record_value(t, "duplicate_of")
         # A trial failed with no failure record is one whose process died with the machine: Optuna failed it
         # as stale when the study resumed on the next machine, so its "wall time" spans the gap between leases.
-        interrupted = t.state.name == "FAIL" and store.record_value(t, "failure_class") is None
+        # One still RUNNING in a database brought back mid-study is that trial before the resume.
+        interrupted = t.state.name == "RUNNING" or (
+            t.state.name == "FAIL" and store.record_value(t, "failure_class") is None
+        )
         wall = (
             (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_complete and t.datetime_start and not interrupted

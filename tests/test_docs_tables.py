@@ -165,10 +165,24 @@ def test_a_grid_added_to_a_study_folder_enters_the_comparison(tmp_path: Path, mo
 
 def test_a_grid_without_its_study_is_shown_with_its_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     results = _results(tmp_path, monkeypatch)
-    folder = "eagle3-wide-h100-20261207"  # a grid.json and machine.json, no study_summary.json
-    shutil.copytree(dt.ROOT / "benchmarks" / "results" / folder, results / folder)
+    folder = "eagle3-wide-h100-20261207"
+    (results / folder).mkdir()
+    for name in ["grid.json", "machine.json"]:  # the grid without the study beside it
+        shutil.copy(dt.ROOT / "benchmarks" / "results" / folder / name, results / folder / name)
     pays = dt.t_pays(DOC)
     part = pays[pays.index("trained EAGLE-3 head") :]
     assert "no results file yet" in part.split("\n")[0]
     assert "**The same space by brute force** (7 of 19 configurations" in part
     assert "NVIDIA H100 80GB HBM3" in part and "#3: k=3 compiled" in part
+
+
+def test_tables_of_studies_from_two_cards_name_each_card_with_its_studies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wide studies ran on the H200, the EAGLE-3 study on an H100: a source line naming one card for all is wrong."""
+    results = _results(tmp_path, monkeypatch)
+    for folder in ["eagle3-wide-h100-20261207", "wide-h200-v032-20261204"]:
+        shutil.copytree(dt.ROOT / "benchmarks" / "results" / folder, results / folder)
+    source = dt.t_tuner_vs_grid(DOC).split("Source: ")[-1]
+    h200, h100 = source.index("1× NVIDIA H200 ("), source.index("1× NVIDIA H100 80GB HBM3 (")
+    assert h200 < source.index("`studies/wide-h200.yaml`") < h100 < source.index("`studies/wide-h200-eagle3.yaml`")

@@ -32,3 +32,19 @@ def test_a_resumed_study_with_partial_timings_gets_no_negative_split() -> None:
     part = gpu_report._split(rows, [{"step": "study", "wall_s": 100.0}])
     assert "study_wall_s" not in part and "tuner_outside_trials_s" not in part
     assert part["timings_partial_s"] == 100.0
+
+
+def test_a_trial_running_in_a_database_brought_back_mid_study_is_reported_interrupted(tmp_path) -> None:
+    """The H100 went back while trial 6 of studies/wide-h200-eagle3.yaml started its engine (2026-12-07): the
+    database that came back holds it as RUNNING, which no trial is once the study has stopped."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    folder = root / "benchmarks/results/eagle3-wide-h100-20261207"
+    db = tmp_path / "optuna.db"
+    shutil.copy(folder / "optuna.db", db)  # read-only use, but Optuna's storage may write its schema version
+    summary = gpu_report.study_summary(root / "studies/wide-h200-eagle3.yaml", f"sqlite:///{db}", folder / "runs", None)
+    by_number = {t["number"]: t for t in summary["trials"]}
+    assert by_number[6]["state"] == "RUNNING" and by_number[6]["interrupted"]
+    assert not any(by_number[n]["interrupted"] for n in range(6))
