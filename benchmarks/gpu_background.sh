@@ -19,6 +19,7 @@
 # If the machine goes back mid-trial, the snapshot of the last `wait` holds every finished trial and the
 # study retries the interrupted one when it resumes.
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_names.sh"
 cmd=${1:?usage: gpu_background.sh start RESULTS_DIR STEP ... | wait RESULTS_DIR SECONDS}
 results=${2:?RESULTS_DIR}; shift 2
 mkdir -p "$results"
@@ -38,9 +39,11 @@ case $cmd in
     echo "started (pid $(cat "$results/background.pid")): $*" ;;
   wait)
     seconds=${1:?SECONDS}
-    pid=$(cat "$results/background.pid" 2>/dev/null || echo 0)
+    # No pid file: nothing was started here (`kill -0 0` would signal this shell's own group and say "alive").
+    pid=$(cat "$results/background.pid" 2>/dev/null || true)
+    alive() { [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
     end=$((SECONDS + seconds))
-    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+    while alive && [ $SECONDS -lt $end ]; do sleep 5; done
     offset=$(cat "$results/background.offset" 2>/dev/null || echo 0); offset=${offset:-0}
     tail -c +$((offset + 1)) "$log" | grep -av '^(\|INFO\|^\[W\|WARNING'
     wc -c < "$log" > "$results/background.offset"
@@ -55,13 +58,13 @@ src.backup(dst); dst.close()' "$results/$f" "$OUT/$f"
       (cd "$results" && tar czf "$OUT/results.tgz" --ignore-failed-read \
          $(ls -d grid.json study_summary.json comparison.json machine.json timings.jsonl best.yaml serve_check.json \
               engine_check.json ./*.log runs head 2>/dev/null))
-      head=${SPECDEC_TUNER_CACHE:-$results/cache}/models/SmolLM2-135M-Instruct-eagle3
+      head=${SPECDEC_TUNER_CACHE:-$results/cache}/models/$HEAD_NAME
       if [ -f "$head/specdec-tuner.json" ] && [ ! -f "$results/head.sent" ]; then
         tar cf - -C "$(dirname "$head")" "$(basename "$head")" | split -b 15m -d - "$OUT/head.tar." \
           && touch "$results/head.sent" && echo "head: $(ls "$OUT"/head.tar.* | wc -l) piece(s) in \$OUT"
       fi
     fi
-    if kill -0 "$pid" 2>/dev/null; then echo "still running after ${seconds}s"; exit 75; fi
+    if alive; then echo "still running after ${seconds}s"; exit 75; fi
     exit 0 ;;
   *) echo "unknown command: $cmd (start or wait)" >&2; exit 2 ;;
 esac

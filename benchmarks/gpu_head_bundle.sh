@@ -9,6 +9,7 @@
 # and HEAD_FROM=/root/head for benchmarks/gpu_study.sh (its prepare step unpacks the head into the model cache
 # under the demo head's name before prepare-demo, which then keeps it: tuner.models.demo.head_recipe_device).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_names.sh"
 head=${1:?usage: gpu_head_bundle.sh HEAD_DIR [OUTDIR]}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${2:-$repo/.bundle/head}
@@ -17,8 +18,8 @@ tree_mib=$(git -C "$repo" ls-files -z | (cd "$repo" && du -cb --files0-from=-) |
 part_mb=${PART_MB:-$((62 - (tree_mib + 1048575) / 1048576))}
 rm -rf "$out"; mkdir -p "$out"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-ln -s "$(cd "$head" && pwd)" "$tmp/SmolLM2-135M-Instruct-eagle3"
-tar chf "$tmp/head.tar" -C "$tmp" SmolLM2-135M-Instruct-eagle3
+ln -s "$(cd "$head" && pwd)" "$tmp/$HEAD_NAME"
+tar chf "$tmp/head.tar" -C "$tmp" $HEAD_NAME
 split -b "${part_mb}m" -d "$tmp/head.tar" "$out/head.tar."
 for f in "$out"/head.tar.*; do n=${f##*.}; mkdir -p "$out/p$n"; mv "$f" "$out/p$n/"; done
 echo "head: $(sha256sum "$head/model.safetensors" | cut -c1-16) in $(ls -d "$out"/p* | wc -l) part(s) of at most $part_mb MiB under $out"

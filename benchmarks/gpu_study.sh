@@ -32,6 +32,7 @@
 # SPECDEC_TUNER_CACHE (default OUTDIR/cache), VLLM_CACHE_ROOT (default OUTDIR/vllm-cache, so a fresh
 # OUTDIR starts with a cold compile cache), SERVE_PORT (8011), SERVE_TIMEOUT_S (300).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_names.sh"
 [ $# -ge 1 ] || { sed -n '2,33p' "$0"; exit 2; }
 OUT=$(mkdir -p "$1" && cd "$1" && pwd); shift
 STEPS=${*:-check prepare study export serve summary}
@@ -85,15 +86,15 @@ EOF
 step_prepare() {
   # HEAD_FROM: a folder of benchmarks/gpu_head_bundle.sh parts (a head trained on an earlier machine).
   local models=$SPECDEC_TUNER_CACHE/models
-  if [ -n "${HEAD_FROM:-}" ] && [ ! -f "$models/SmolLM2-135M-Instruct-eagle3/specdec-tuner.json" ]; then
+  if [ -n "${HEAD_FROM:-}" ] && [ ! -f "$models/$HEAD_NAME/specdec-tuner.json" ]; then
     mkdir -p "$models" && cat "$HEAD_FROM"/head.tar.* | tar xf - -C "$models" || return 1
-    echo "head from $HEAD_FROM: $(sha256sum "$models/SmolLM2-135M-Instruct-eagle3/model.safetensors" | cut -c1-16)"
+    echo "head from $HEAD_FROM: $(sha256sum "$models/$HEAD_NAME/model.safetensors" | cut -c1-16)"
   fi
   "$PY" -m tuner models prepare-demo ${PREPARE_ARGS:-}
 }
 
 step_head() {
-  local head=$SPECDEC_TUNER_CACHE/models/SmolLM2-135M-Instruct-eagle3
+  local head=$SPECDEC_TUNER_CACHE/models/$HEAD_NAME
   mkdir -p "$OUT/head" && cp "$head/specdec-tuner.json" "$OUT/head/head.json" \
     && (cd "$head" && sha256sum ./*.safetensors) > "$OUT/head/head.sha256" || return 1
   "$PY" -m benchmarks.eagle3_head record --head "$head" --out "$OUT/head/training.json" || return 1

@@ -242,3 +242,34 @@ def test_the_training_record_file_is_the_one_the_docs_table_reads(tmp_path: Path
     assert rec["generation"] == {"prompts": 4000, "answer_tokens": 584978, "max_tokens": 256, "wall_s": 120.5}
     assert rec["training_data"]["answer_tokens_with_loss"] == 584978
     assert training_record({"result": {"recipe": {}, "epoch": 1}}, "d", {}) is None
+
+
+def test_the_gpu_scripts_bring_back_the_head_the_tuner_caches(tmp_path: Path) -> None:
+    """gpu_background.sh's `wait` sends the trained head back in pieces from the folder prepare-demo writes
+    (tuner.models.demo.EAGLE3_NAME); shell spells that name in benchmarks/gpu_names.sh."""
+    import os
+    import subprocess
+
+    from tuner.models.demo import EAGLE3_NAME
+
+    root = Path(__file__).resolve().parents[1]
+    results, out, cache = tmp_path / "results", tmp_path / "out", tmp_path / "cache"
+    head = cache / "models" / EAGLE3_NAME
+    head.mkdir(parents=True)
+    (head / "specdec-tuner.json").write_text("{}")
+    (head / "model.safetensors").write_bytes(b"w" * 1000)
+    results.mkdir()
+    out.mkdir()
+    (results / "background.log").write_text("done\n")
+    env = dict(os.environ, OUT=str(out), SPECDEC_TUNER_CACHE=str(cache))
+    run = subprocess.run(
+        ["bash", "benchmarks/gpu_background.sh", "wait", str(results), "0"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "head: 1 piece(s)" in run.stdout
+    listed = subprocess.run(["tar", "tf", str(out / "head.tar.00")], capture_output=True, text=True, check=True)
+    assert f"{EAGLE3_NAME}/model.safetensors" in listed.stdout.split()
