@@ -89,6 +89,7 @@ step_prepare() {
   if [ -n "${HEAD_FROM:-}" ] && [ ! -f "$models/$HEAD_NAME/specdec-tuner.json" ]; then
     mkdir -p "$models" && cat "$HEAD_FROM"/head.tar.* | tar xf - -C "$models" || return 1
     echo "head from $HEAD_FROM: $(sha256sum "$models/$HEAD_NAME/model.safetensors" | cut -c1-16)"
+    touch "$OUT/head.sent"  # gpu_background.sh's wait: the head came from the other side, do not send it back
   fi
   "$PY" -m tuner models prepare-demo ${PREPARE_ARGS:-}
 }
