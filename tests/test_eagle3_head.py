@@ -285,3 +285,28 @@ def test_the_gpu_scripts_bring_back_the_head_the_tuner_caches(tmp_path: Path) ->
         check=True,
     )
     assert "head:" not in again.stdout and not list(out.glob("head.tar.*"))
+
+
+def test_a_step_past_its_limit_is_killed_with_the_processes_it_started(tmp_path: Path) -> None:
+    """A hung step (vLLM's engine core is a child of the generation step; the trainer's loader workers are
+    children too) ends in StepTimeout, and nothing it started outlives it."""
+    import sys
+    import time
+
+    from tuner.models.eagle3 import StepTimeout, run_step
+
+    kept = tmp_path / "step.log"
+    child = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        "print(p.pid, flush=True); time.sleep(120)"
+    )
+    started = time.monotonic()
+    with pytest.raises(StepTimeout, match="ran past 2 s"):
+        run_step([sys.executable, "-c", child], {}, lambda m: None, kept, timeout_s=2)
+    assert time.monotonic() - started < 30
+    grandchild = Path(f"/proc/{int(kept.read_text().split()[0])}/status")
+    deadline = time.monotonic() + 10
+    while grandchild.exists() and "State:\tZ" not in grandchild.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not grandchild.exists() or "State:\tZ" in grandchild.read_text()

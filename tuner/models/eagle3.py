@@ -8,16 +8,22 @@ with a larger recipe (GPU_RECIPE; on the offline GPU hosts the training Python i
 0.9.0, hs-connectors 0.9.0, datasets 5.1.0 and multiprocess 0.70.19 installed beside it with --no-deps,
 requirements/eagle3-train-gpu.txt, and $SPECDEC_TUNER_TRAIN_PYTHON pointing at that python3). ``--wide --eagle3`` widens that head for the
 wide target (tuner.models.eagle3_wide): no GPU training, the wide target computes the 135M's function.
-Both are cached beside the other demo models; weights are never committed.
+Both are cached beside the other demo models; weights are never committed. Each of the three steps runs as a
+process group of its own with a wall-clock limit (STEP_TIMEOUT_S), and the head's marker keeps its training
+record (build_head; ``benchmarks/eagle3_head.py record`` writes it as training.json).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -95,38 +101,88 @@ def train_python() -> Path:
     return path
 
 
-def train_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The training steps' environment: the tuner's root first on PYTHONPATH, the caller's entries kept (the
-    GPU hosts' offline bundle is a PYTHONPATH folder, /tmp/site, holding torch, vLLM and speculators)."""
+def tuner_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """A step's environment: the tuner's root first on PYTHONPATH, the caller's entries kept (the GPU hosts'
+    offline bundle is a PYTHONPATH folder, /tmp/site, holding torch, vLLM and speculators)."""
     environ = dict(os.environ if environ is None else environ)
     paths = [str(Path(__file__).resolve().parents[2]), *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return dict(environ, PYTHONPATH=os.pathsep.join(paths), OMP_NUM_THREADS="1")
+    return dict(environ, PYTHONPATH=os.pathsep.join(paths))
 
 
-def run_training_step(
-    python: Path, args: list[str], log: Callable[[str], object], transcript: Path | None = None
+def train_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The training steps' environment: tuner_env's, one OpenMP thread (the steps' own workers parallelise;
+    generation keeps the caller's: vLLM's CPU engine sizes its own thread pool)."""
+    return dict(tuner_env(environ), OMP_NUM_THREADS="1")
+
+
+# Wall-clock limit of each of the three steps (generation, extraction, training), per recipe device: several
+# times what they took (CPU: 650 / 220 / ~900 s; one H100: about 100 / 60 / 175 s, docs/benchmarks.md). A step
+# that hangs (the GPU generation engine did, three sessions running, before it was spawned) then ends in an
+# error naming it, not with the machine's lease.
+STEP_TIMEOUT_S = {"cpu": 4 * 3600, "cuda": 1200}
+
+
+class StepTimeout(RuntimeError):
+    """A head-building step ran past its limit; its process group was killed."""
+
+
+def run_step(
+    cmd: list[str],
+    env: dict[str, str],
+    log: Callable[[str], object],
+    transcript: Path | None = None,
+    timeout_s: float | None = None,
 ) -> None:
-    """Run a training step; with ``transcript``, its output is also kept there (the trainer's validation lines
-    go into the head's training record)."""
-    env = train_env()
-    log(" ".join([python.name, *args]))
-    if transcript is None:
-        subprocess.run([str(python), *args], check=True, env=env)
-        return
-    # rich wraps its log lines at the terminal's width (80 when piped): wide enough that no metric is cut
-    env["COLUMNS"] = "200"
-    with (
-        subprocess.Popen(
-            [str(python), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        ) as proc,
-        transcript.open("w") as kept,
-    ):
+    """Run one head-building step in its own process group (vLLM's engine core and the trainer's data-loader
+    workers included), its output passed through and, with ``transcript``, kept there (the trainer's validation
+    lines go into the head's training record). Past ``timeout_s`` the whole group is killed: StepTimeout."""
+    log(" ".join([Path(cmd[0]).name, *cmd[1:]]))
+    kept = transcript.open("w") if transcript is not None else None
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    expired = threading.Event()
+
+    def kill_group() -> None:
+        expired.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout_s, kill_group) if timeout_s else None
+    try:
+        if timer:
+            timer.start()
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
-            kept.write(line)
+            if kept:
+                kept.write(line)
+        proc.wait()
+    finally:
+        if timer:
+            timer.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the step left behind
+        if kept:
+            kept.close()
+    if expired.is_set():
+        raise StepTimeout(
+            f"{Path(cmd[0]).name} {' '.join(cmd[1:3])} ran past {timeout_s:.0f} s; its processes were killed"
+        )
     if proc.returncode:
-        raise subprocess.CalledProcessError(proc.returncode, [str(python), *args])
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+
+
+def run_training_step(
+    python: Path,
+    args: list[str],
+    log: Callable[[str], object],
+    transcript: Path | None = None,
+    timeout_s: float | None = None,
+) -> None:
+    """A step in the training environment; rich wraps its log lines at the terminal's width (80 when piped), so
+    it is told a width at which no metric is cut."""
+    run_step([str(python), *args], dict(train_env(), COLUMNS="200"), log, transcript, timeout_s)
 
 
 _METRIC = re.compile(r"(val/\w+|(?<![\w/])epoch)=([-+0-9.eE]+)")
@@ -177,27 +233,32 @@ def build_head(
 
     Returns the head's training record (kept in its marker): the recipe, the data, each step's seconds (a step
     whose file was already there took about none) and speculators' validation metrics and steps per epoch."""
-    from tuner.models.eagle3_data import generate
     from tuner.models.eagle3_prompts import unique_prompts
 
     python = train_python()
     work.mkdir(parents=True, exist_ok=True)
+    limit = STEP_TIMEOUT_S[recipe.device]
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    prompts = unique_prompts(recipe.prompts, seed=recipe.seed, mix=recipe.prompt_mix)
-    responses = generate(
-        target, prompts, work, recipe.max_tokens, recipe.seed, log, device=recipe.device, dtype=recipe.dtype
-    )
+    responses = work / "responses.jsonl"
+    if not responses.is_file():
+        prompts = work / "prompts.jsonl"
+        prompts.write_text(
+            "".join(
+                json.dumps(p) + "\n" for p in unique_prompts(recipe.prompts, seed=recipe.seed, mix=recipe.prompt_mix)
+            )
+        )
+        run_step(generate_command(target, prompts, work, recipe), tuner_env(), log, timeout_s=limit)
     seconds["generate"] = round(time.perf_counter() - start, 1)
     data = work / "data"
     start = time.perf_counter()
-    run_training_step(python, extract_args(target, work, recipe), log)
+    run_training_step(python, extract_args(target, work, recipe), log, timeout_s=limit)
     seconds["extract"] = round(time.perf_counter() - start, 1)
     ckpt = work / "checkpoints"
     transcript = work / "train.log"
     start = time.perf_counter()
     train = ["-m", "tuner.models.eagle3_train", *train_args(target, data, ckpt, recipe)]
-    run_training_step(python, train, log, transcript)
+    run_training_step(python, train, log, transcript, timeout_s=limit)
     seconds["train"] = round(time.perf_counter() - start, 1)
     last = max((p for p in ckpt.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
     export_head(last, dst)
@@ -210,6 +271,24 @@ def build_head(
         "steps_per_epoch": train_steps(text),
         "validation": validation_metrics(text),
     }
+
+
+def generate_command(target: Path, prompts: Path, work: Path, recipe: HeadRecipe) -> list[str]:
+    """The generation step: vLLM in this interpreter, in a process of its own (tuner.models.eagle3_data's main),
+    so that it can be timed out and nothing this process did before (widening the target with torch's OpenMP
+    pool) is inherited by vLLM's engine core."""
+    return [
+        sys.executable,
+        "-m",
+        "tuner.models.eagle3_data",
+        str(target),
+        str(prompts),
+        str(work),
+        str(recipe.max_tokens),
+        str(recipe.seed),
+        recipe.device,
+        recipe.dtype,
+    ]
 
 
 def extract_args(target: Path, work: Path, recipe: HeadRecipe) -> list[str]:

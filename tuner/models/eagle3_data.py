@@ -187,3 +187,17 @@ def token_frequencies(responses: Path, vocab_size: int, out: Path, limit: int | 
         counts.update(r["answer_ids"])
     torch.save(dict(counts), out)
     return out
+
+
+def main(argv: list[str]) -> None:
+    """``python -m tuner.models.eagle3_data TARGET PROMPTS.jsonl WORK MAX_TOKENS SEED DEVICE DTYPE``: the
+    generation step in a process of its own (tuner.models.eagle3.generate_command)."""
+    target, prompts, work, max_tokens, seed, device, dtype = argv
+    conversations = [json.loads(line) for line in Path(prompts).read_text().splitlines() if line.strip()]
+    generate(Path(target), conversations, Path(work), int(max_tokens), int(seed), device=device, dtype=dtype)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
