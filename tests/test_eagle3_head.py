@@ -262,29 +262,18 @@ def test_the_gpu_scripts_bring_back_the_head_the_tuner_caches(tmp_path: Path) ->
     out.mkdir()
     (results / "background.log").write_text("done\n")
     env = dict(os.environ, OUT=str(out), SPECDEC_TUNER_CACHE=str(cache))
-    run = subprocess.run(
-        ["bash", "benchmarks/gpu_background.sh", "wait", str(results), "0"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "head: 1 piece(s)" in run.stdout
+
+    def wait() -> str:
+        command = ["bash", "benchmarks/gpu_background.sh", "wait", str(results), "0"]
+        return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert "head: 1 piece(s)" in wait()
     listed = subprocess.run(["tar", "tf", str(out / "head.tar.00")], capture_output=True, text=True, check=True)
     assert f"{EAGLE3_NAME}/model.safetensors" in listed.stdout.split()
     # once sent (or brought from HEAD_FROM: gpu_study.sh's prepare marks it so), never again
     for piece in out.glob("head.tar.*"):
         piece.unlink()
-    again = subprocess.run(
-        ["bash", "benchmarks/gpu_background.sh", "wait", str(results), "0"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "head:" not in again.stdout and not list(out.glob("head.tar.*"))
+    assert "head:" not in wait() and not list(out.glob("head.tar.*"))
 
 
 def test_a_step_past_its_limit_is_killed_with_the_processes_it_started(tmp_path: Path) -> None:
