@@ -116,9 +116,10 @@ def train_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 # Wall-clock limit of each of the three steps (generation, extraction, training), per recipe device: several
-# times what they took (CPU: 650 / 220 / ~900 s; one H100: about 100 / 60 / 175 s, docs/benchmarks.md). A step
-# that hangs (the GPU generation engine did, three sessions running, before it was spawned) then ends in an
-# error naming it, not with the machine's lease.
+# times what they took (the CPU recipe on 2 cores: 651 / 218 / 546 s, eagle3-head-cpu-broad-20261206/training.json;
+# the GPU recipe's whole prepare step, all three and the widening: 419 s on an H100). A step that hangs (the GPU
+# generation engine did, three sessions running, before it was spawned) then ends in an error naming it, not
+# with the machine's lease.
 STEP_TIMEOUT_S = {"cpu": 4 * 3600, "cuda": 1200}
 
 
