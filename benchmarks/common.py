@@ -61,6 +61,23 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def small_engine(model: str, dtype: str, spec: dict[str, Any] | None, **more: Any) -> Any:
+    """The eager vLLM engine of the benchmarks that read outputs and counters (eagle3_head, lossless_dtype):
+    1,024 tokens, seed 0, 1 GiB of KV cache."""
+    from vllm import LLM
+
+    return LLM(
+        model=model,
+        dtype=dtype,  # type: ignore[arg-type]
+        max_model_len=1024,
+        seed=0,
+        enforce_eager=True,
+        kv_cache_memory_bytes=2**30,
+        speculative_config=spec,
+        **more,
+    )
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M")

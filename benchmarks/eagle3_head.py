@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import git_revision, machine, print_table
+from benchmarks.common import git_revision, machine, print_table, small_engine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT_DIR = RESULTS / "eagle3-head-20261204"
@@ -86,23 +86,14 @@ def run_engine(
     target: str, head: str | None, k: int, prompt_sets: dict[str, list], max_tokens: int, dtype: str
 ) -> list[dict[str, Any]]:
     """One engine per k: per prompt set, greedy answers and the spec-decode counters over them alone."""
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     from tuner.engine.vllm_metrics import diff, snapshot
     from tuner.environment import spawn_engine_cores
 
     spawn_engine_cores()  # widen-check widens in this process first: a forked engine core would hang on a GPU
     spec = {"method": "eagle3", "model": head, "num_speculative_tokens": k} if head else None
-    llm = LLM(
-        model=target,
-        dtype=dtype,  # type: ignore[arg-type]
-        max_model_len=1024,
-        seed=0,
-        enforce_eager=True,
-        kv_cache_memory_bytes=2**30,
-        speculative_config=spec,
-        disable_log_stats=False,
-    )
+    llm = small_engine(target, dtype, spec, disable_log_stats=False)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     out = []
     for name, prompts in prompt_sets.items():

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, print_table, write_result_to
+from benchmarks.common import RESULTS, print_table, small_engine, write_result_to
 
 PROMPTS = Path(__file__).resolve().parent.parent / "studies" / "prompts" / "smollm2-demo.jsonl"
 
@@ -43,19 +43,11 @@ def configurations() -> dict[str, dict[str, Any] | None]:
 
 
 def run(dtype: str, spec: dict[str, Any] | None, prompts: list[Any], max_tokens: int) -> list[list[int]]:
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
     from tuner.models.demo import TARGET_NAME, demo_path
 
-    llm = LLM(
-        model=str(demo_path(TARGET_NAME)),
-        dtype=dtype,  # type: ignore[arg-type]
-        max_model_len=1024,
-        seed=0,
-        enforce_eager=True,
-        kv_cache_memory_bytes=2**30,
-        speculative_config=spec,
-    )
+    llm = small_engine(str(demo_path(TARGET_NAME)), dtype, spec)
     outputs = llm.chat(prompts, SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
     tokens = [list(o.outputs[0].token_ids) for o in outputs]
     del llm
