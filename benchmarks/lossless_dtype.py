@@ -1,11 +1,11 @@
 """Are speculative greedy outputs the target's own, in float32 and in bfloat16? (vLLM, one engine per row.)
 
-    python -m benchmarks.lossless_dtype [--dtypes float32 bfloat16] [--max-tokens 96] [--device-note TEXT]
+    python -m benchmarks.lossless_dtype [--dtypes float32 bfloat16] [--max-tokens 96]
 
 Greedy speculative decoding is lossless in exact arithmetic: every emitted token is the target's argmax. In
 floating point the target's logits for a token depend on the shape of the forward pass that computed them
 (one token a step without speculation, k+1 tokens a step when verifying drafts), so two near-tied logits can
-flip. In float32 that is rare; in bfloat16 (the GPU studies' dtype) it is not. This runs, per dtype, no
+flip, the more often the coarser the dtype (bfloat16 on the GPU studies). This runs, per dtype, no
 speculation twice (the same engine configuration: is the engine deterministic at all?), n-gram lookup and the
 4-layer draft at k=3, on the demo's prompts, and counts the prompts whose output equals no speculation's,
 with the first position where each other one differs. The GPU grids' speculative outputs matched no
@@ -17,13 +17,12 @@ Prints a table and writes JSON under benchmarks/results/.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, print_table, small_engine, write_result_to
+from benchmarks.eagle3_head import load_prompts
 
-PROMPTS = Path(__file__).resolve().parent.parent / "studies" / "prompts" / "smollm2-demo.jsonl"
+PROMPTS = "studies/prompts/smollm2-demo.jsonl"  # under the repository root, as eagle3_head.load_prompts reads it
 
 
 def configurations() -> dict[str, dict[str, Any] | None]:
@@ -67,7 +66,7 @@ def main() -> None:
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--max-tokens", type=int, default=96)
     args = p.parse_args()
-    prompts = [json.loads(line)["messages"] for line in PROMPTS.read_text().splitlines() if line.strip()]
+    prompts = load_prompts([PROMPTS])
     rows, results = [], []
     for dtype in args.dtypes:
         outputs = {name: run(dtype, spec, prompts, args.max_tokens) for name, spec in configurations().items()}
@@ -87,7 +86,7 @@ def main() -> None:
         "lossless-dtype",
         "lossless-dtype",
         "benchmarks.lossless_dtype",
-        {"prompts": str(PROMPTS.relative_to(RESULTS.parent.parent)), "max_tokens": args.max_tokens, "results": results},
+        {"prompts": PROMPTS, "max_tokens": args.max_tokens, "results": results},
     )
     print(f"wrote {path}")
 
