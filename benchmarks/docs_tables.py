@@ -1087,6 +1087,12 @@ def t_readme(doc: Path) -> str:
         budget = _budget(st.study_file)
         if not (out or {}).get("decision") and budget and measured < budget:
             answer += f"; **unfinished**: {measured} of {budget} budgeted configurations measured, no confirmation"
+        elif out and not out.get("decision") and (conf_run := out.get("confirmation") or {}).get("engines"):
+            planned = len(conf_run.get("finalists") or []) * int(conf_run.get("rounds") or 0)
+            answer += (
+                f" (best trial); **unfinished**: confirmation in fresh engines, {len(conf_run['engines'])} of "
+                f"{planned} engines measured"
+            )
         rates = slo_rates(summary)
         if rates:
             kept = ", ".join(f"{r[1]} {r[3].split(' (')[0]}" for r in rates)
@@ -1286,7 +1292,10 @@ def _confirmation(conf: dict[str, Any], dec: dict[str, Any], labels: dict[int, s
         vals = values.get(key, [])
         lv = _levels_of(e)
         label = labels.get(e["trial"], f"trial {e['trial']}") + (" (schedule)" if e.get("schedule") else "")
-        value = f"{vals[i]:.3f}" if i < len(vals) and not e.get("failure") else f"failed: {e['failure']}"
+        if e.get("failure"):
+            value = f"failed: {e['failure']}"
+        else:
+            value = f"{vals[i]:.3f}" if i < len(vals) else "–"  # no values before the last engine ran
         rows.append(
             [
                 str(e["round"] + 1),
@@ -1298,6 +1307,9 @@ def _confirmation(conf: dict[str, Any], dec: dict[str, Any], labels: dict[int, s
     # under the goodput objective level 0 holds the highest request rate the engine kept the SLO at
     head = ["round", "engine", *[f"{level_name} {b}: tok/s" if b else "SLO kept up to, req/s" for b in levels]]
     head.append("value (over the baseline's engines)")
+    if not finalists:
+        planned = len(conf.get("finalists") or []) * int(conf.get("rounds") or 0)
+        return table(head, rows) + f"\n\nUnfinished: {len(engines)} of {planned} engines measured, no verdict yet."
     verdicts = "; ".join(
         f"{f['label']}{' (baseline)' if f is dec.get('baseline') else ''}: median {f['median']:.3f}x, "
         f"spread {f['spread']:.1%}"
@@ -1371,11 +1383,11 @@ def t_trials(key: str) -> Callable[[Path], str]:
         o = outcome(st)
         labels = {t["number"]: t["label"] for t in trials}
         conf = (o or {}).get("confirmation") or {}
-        if o and conf.get("engines") and o.get("decision"):
+        if o and conf.get("engines"):
             parts.append(
                 f"**The confirmation** ({conf.get('rounds')} round(s) of fresh engines, interleaved, "
                 f"{conf.get('repeats')} repeat(s) per level):\n\n"
-                + _confirmation(conf, o["decision"], labels, level_name)
+                + _confirmation(conf, o.get("decision") or {}, labels, level_name)
             )
         elif conf.get("skipped"):
             parts.append(f"**The confirmation** was skipped: {conf['skipped']}.")
@@ -1384,6 +1396,10 @@ def t_trials(key: str) -> Callable[[Path], str]:
         derivation = ((o or {}).get("schedule") or {}).get("derivation")
         if derivation and derivation.get("levels"):
             parts.append(_schedule(derivation, level_name))
+            verdict = ((o or {}).get("schedule") or {}).get("verdict")
+            if verdict:
+                said = "exported" if verdict.get("exported") else "NOT exported"
+                parts.append(f"Its validation in fresh engines: {said}: {verdict.get('reason')}.")
         parts.append(
             _source(
                 [

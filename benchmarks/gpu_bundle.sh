@@ -4,6 +4,10 @@
 # built here on a machine with PyPI access and cut into parts small enough to travel with the tree.
 #
 #   bash benchmarks/gpu_bundle.sh [OUTDIR]      # default .bundle (git-ignored); run from the repo root
+#   bash benchmarks/gpu_bundle.sh --resplit [OUTDIR]
+#                  no download: cuts the built parts again to PART_MB of today's tree and writes code.tgz
+#                  anew (the tree grows with every results folder: at 22 MiB on 2026-12-07 the 45 MiB parts
+#                  built at 98a8d26 were refused as "larger than 64 MiB"; cut again, 36 parts of 40 MiB)
 #
 # It calls ../shared/gpu/make_offline_bundle.sh (SHARED_GPU overrides) with:
 #   HOST_PACKAGES  made from the H200's `pip list --format freeze` (HOST_FREEZE, ../shared/gpu/host-freeze.txt):
@@ -36,12 +40,34 @@
 # the last part's call carries .bundle/tools and .bundle/code.tgz too (docs/measurement-log.md, issue 27 section).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+resplit=0
+if [ "${1:-}" = "--resplit" ]; then resplit=1; shift; fi
 out=${1:-$repo/.bundle}
 shared=${SHARED_GPU:-$repo/../shared/gpu}
 freeze=${HOST_FREEZE:-$shared/host-freeze.txt}
 tree_mib=$(git -C "$repo" ls-files -z | (cd "$repo" && du -cb --files0-from=-) | tail -n 1 | cut -f1)
 export VLLM_VERSION=${VLLM_VERSION:-0.32.0} PART_MB=${PART_MB:-$((62 - (tree_mib + 1048575) / 1048576))}
 echo "PART_MB=$PART_MB (the tracked tree: $((tree_mib / 1048576)) MiB)"
+
+cut_parts() {  # FILE: the tar stream into OUTDIR/parts/pNN/part.NN of PART_MB each
+  rm -rf "$out/parts"; mkdir -p "$out/parts"
+  split -b "${PART_MB}m" -d "$1" "$out/parts/part."
+  for f in "$out"/parts/part.*; do n=${f##*.}; mkdir -p "$out/parts/p$n"; mv "$f" "$out/parts/p$n/"; done
+}
+write_code() {
+  git -C "$repo" archive --format=tar.gz -o "$out/code.tgz" HEAD tuner benchmarks studies pyproject.toml README.md \
+    ':(exclude)benchmarks/results'
+  echo "code: $out/code.tgz ($(git -C "$repo" rev-parse --short HEAD))"
+}
+if [ "$resplit" = 1 ]; then
+  out=$(cd "$out" && pwd)
+  tmp=$(mktemp -d "$out/tmp.XXXX"); trap 'rm -rf "$tmp"' EXIT
+  cat "$out"/parts/p*/part.* > "$tmp/bundle.tar"
+  cut_parts "$tmp/bundle.tar"
+  echo "bundle: $(wc -c < "$tmp/bundle.tar") bytes in $(ls -d "$out"/parts/p* | wc -l) parts"
+  write_code
+  exit 0
+fi
 mkdir -p "$out/tools"; out=$(cd "$out" && pwd)
 
 python3 - "$freeze" "$out/tools/host-packages.txt" "$out/tools/host-constraints.txt" <<'EOF'
@@ -84,12 +110,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   -d "$tmp/add/wh" -r "$repo/requirements/eagle3-train-gpu.txt"
 cat "$out"/parts/p*/part.* > "$tmp/bundle.tar"
 (cd "$tmp/add" && tar rf "$tmp/bundle.tar" ./wh/*.whl)
-rm -rf "$out/parts"; mkdir -p "$out/parts"
-split -b "${PART_MB}m" -d "$tmp/bundle.tar" "$out/parts/part."
-for f in "$out"/parts/part.*; do n=${f##*.}; mkdir -p "$out/parts/p$n"; mv "$f" "$out/parts/p$n/"; done
+cut_parts "$tmp/bundle.tar"
 rm -rf "$tmp"
 # What the bundle holds, for the docs: one line a wheel with its size.
 (cd "$out/parts" && cat p*/part.* | tar tvf - | awk '{print $3, $6}' | grep '\.whl$' | sort -k2) > "$out/tools/contents.txt"
 echo "bundle: $(cat "$out"/parts/p*/part.* | wc -c) bytes in $(ls -d "$out"/parts/p* | wc -l) parts; contents: $out/tools/contents.txt"
-git -C "$repo" archive --format=tar.gz -o "$out/code.tgz" HEAD tuner benchmarks studies pyproject.toml README.md ':(exclude)benchmarks/results'
-echo "code: $out/code.tgz ($(git -C "$repo" rev-parse --short HEAD))"
+write_code

@@ -115,7 +115,7 @@ def test_an_exported_head_is_read_back_by_vllms_serve_parser(tmp_path: Path, fak
 def test_a_heads_schedule_names_the_head_and_says_what_runs_at_k0(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """k=3 pays at batch 1, nothing does at batch 4: the schedule 1-3: k=3; 4-: k=0 is validated and served."""
+    """k=3 pays at batch 1, nothing does at batch 4: the schedule 1: k=3; 2-: k=0 is validated and served."""
     monkeypatch.setenv("SPECDEC_TUNER_ENGINE_MODULE", "tests.fake_schedule")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     gains = {"3@1": 1.4, "1@1": 1.2, "3@4": 0.85, "1@4": 0.95, "0@4": 1.0}
@@ -127,19 +127,19 @@ def test_a_heads_schedule_names_the_head_and_says_what_runs_at_k0(
     study = optuna.load_study(study_name=data["name"], storage=data["storage"])
     run = outcome.read(study).schedule
     assert run is not None and run.exported and run.schedule is not None
-    assert run.schedule.vllm_value() == [[1, 3, 3], [4, 1024, 0]]
+    assert run.schedule.vllm_value() == [[1, 1, 3], [2, 1024, 0]]
 
-    header = "# configuration: eagle3 smol-head eager, num_speculative_tokens by batch size: 1-3: k=3; 4-1024: k=0"
+    header = "# configuration: eagle3 smol-head eager, num_speculative_tokens by batch size: 1: k=3; 2-1024: k=0"
     assert header in text
     assert f"# note: {HEAD_K0_NOTE}\n" in text and "draft model" not in text
     _, config = served_config(text, tmp_path)
     spec = config.speculative_config
     assert (spec.method, spec.model) == ("eagle3", str(head))
-    assert [list(r) for r in spec.num_speculative_tokens_per_batch_size] == [[1, 3, 3], [4, 1024, 0]]
+    assert [list(r) for r in spec.num_speculative_tokens_per_batch_size] == [[1, 1, 3], [2, 1024, 0]]
 
     report = build_report(study)
     assert report.schedule is not None and report.schedule.caveats == [HEAD_K0_NOTE]
-    assert report.schedule.outcome.startswith("batch-size schedule of eagle3 smol-head eager (1-3: k=3; 4-1024: k=0")
+    assert report.schedule.outcome.startswith("batch-size schedule of eagle3 smol-head eager (1: k=3; 2-1024: k=0")
     md = render_markdown(report)
     assert f"- note: {HEAD_K0_NOTE}" in md and "draft model" not in md
     html = render_html(report)
@@ -185,3 +185,23 @@ def _run_with(method: str, model: str | None, ks: list[int]) -> ScheduleRun:
 )
 def test_the_k0_note_names_what_still_runs(method: str, model: str | None, ks: list[int], note: str | None) -> None:
     assert caveat_lines(_run_with(method, model, ks)) == ([f"# note: {note}"] if note else [])
+
+
+@pytest.mark.parametrize(
+    ("engine", "note"),
+    [
+        # vLLM 0.32's V2 runner keeps full graphs under a schedule (the H100 study's schedule engine, 2026-12-07)
+        ({"model_runner": "V2", "cudagraph_mode": "FULL_AND_PIECEWISE"}, None),
+        (
+            {"model_runner": "V1", "cudagraph_mode": "PIECEWISE"},
+            "with the schedule vLLM's V1 model runner captured the target's CUDA graphs PIECEWISE, not FULL "
+            "(validation engine)",
+        ),
+        ({}, "with a schedule vLLM's V1 model runner captures the target's CUDA graphs PIECEWISE, not FULL"),
+    ],
+)
+def test_the_graph_note_says_what_the_schedules_engine_ran(engine: dict[str, str], note: str | None) -> None:
+    run = _run_with("eagle3", "/heads/h", [3, 1])
+    run.llm_kwargs = {**(run.llm_kwargs or {}), "enforce_eager": False}
+    run.engine = engine
+    assert caveat_lines(run) == ([f"# note: {note}"] if note else [])
