@@ -27,7 +27,7 @@ def test_each_level_takes_the_fastest_k_and_k0_where_the_baseline_wins() -> None
     d = derive("ngram lookup 1-3 eager", 2, options, [1, 4], NOISE, cap=256)
     assert d.schedule is not None
     assert [(c.level, c.k, c.trial) for c in d.schedule.levels] == [(1, 3, 2), (4, 0, 0)]
-    assert d.schedule.vllm_value() == [[1, 3, 3], [4, 256, 0]]
+    assert d.schedule.vllm_value() == [[1, 1, 3], [2, 256, 0]]
     assert d.schedule.max_k == 3
 
 
@@ -41,19 +41,27 @@ def test_within_noise_the_smaller_k_is_preferred() -> None:
     assert choose_k(1, [_opt(0, 0, bs1=99), _opt(3, 3, bs1=100)], 0.005).k == 3  # type: ignore[union-attr]
 
 
-def test_boundaries_cover_from_a_level_to_just_below_the_next() -> None:
+def test_boundaries_cover_from_just_above_the_level_below_up_to_the_level() -> None:
+    # A level is measured at its size and below (requests finish, the batch shrinks): its k takes the sizes
+    # above the measured level below it.
     assert [r.model_dump() for r in ranges([(4, 1), (1, 3), (16, 0)], cap=1024)] == [
-        {"start": 1, "end": 3, "k": 3},
-        {"start": 4, "end": 15, "k": 1},
-        {"start": 16, "end": 1024, "k": 0},
+        {"start": 1, "end": 1, "k": 3},
+        {"start": 2, "end": 4, "k": 1},
+        {"start": 5, "end": 1024, "k": 0},
     ]
     # Equal neighbours merge; the first range starts at 1 even when the first level does not.
     assert [r.model_dump() for r in ranges([(2, 3), (4, 3), (16, 0)], cap=64)] == [
-        {"start": 1, "end": 15, "k": 3},
-        {"start": 16, "end": 64, "k": 0},
+        {"start": 1, "end": 4, "k": 3},
+        {"start": 5, "end": 64, "k": 0},
+    ]
+    # The H100 study's levels (2026-12-07): batch 64's k holds 17-64, not only 64 and up.
+    assert [r.text() for r in ranges([(1, 3), (4, 3), (16, 0), (64, 3)], cap=1024)] == [
+        "1-4: k=3",
+        "5-16: k=0",
+        "17-1024: k=3",
     ]
     # A cap below the last level: the last range still holds it.
-    assert ranges([(1, 2), (512, 0)], cap=256)[-1].model_dump() == {"start": 512, "end": 512, "k": 0}
+    assert ranges([(1, 2), (512, 0)], cap=256)[-1].model_dump() == {"start": 2, "end": 512, "k": 0}
 
 
 def test_a_constant_schedule_is_no_schedule() -> None:
@@ -79,7 +87,7 @@ def test_derived_ranges_mean_the_chosen_k_in_vllms_own_lookup() -> None:
     d = derive("ngram", 2, options, [1, 4, 16], NOISE, cap=64)
     assert d.schedule is not None
     dense = build_dynamic_sd_schedule_lookup(d.schedule.vllm_value(), 64, d.schedule.max_k)
-    assert [dense[bs] for bs in (1, 2, 3, 4, 15, 16, 64)] == [4, 4, 4, 1, 1, 0, 0]
+    assert [dense[bs] for bs in (1, 2, 3, 4, 5, 15, 16, 64)] == [4, 1, 1, 1, 0, 0, 0, 0]
 
 
 def _best(trial: int, tps: float) -> StaticBest:

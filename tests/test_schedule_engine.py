@@ -23,7 +23,7 @@ from tuner.study.spec import llm_kwargs, resolve_model
 
 pytestmark = pytest.mark.engine
 
-# No speculation at batch size 1 (up to 3), k=3 from 4 on: the opposite of what the drafter alone would pick.
+# No speculation at batch size 1, k=3 from 2 on: the opposite of what the drafter alone would pick.
 LEVELS = [(1, 0), (4, 3)]
 
 
@@ -41,12 +41,13 @@ def test_a_real_engine_drafts_where_the_schedule_says(tmp_path: Path, real_study
     schedule = Schedule(drafter="ngram", trial=ngram.number, levels=choices, ranges=ranges(LEVELS, 1024), cap=1024)
     spec = schedule_spec(study, schedule)
     kwargs = llm_kwargs(config.target, resolve_model(config.target.model), spec)
-    assert kwargs["speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 3, 0], [4, 1024, 3]]
+    assert kwargs["speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 1, 0], [2, 1024, 3]]
     request = TrialRequest.for_study(config, load_prompts(config.workload.prompts), kwargs).model_copy(
         update={"repeats": 1}
     )
     outcome = run_engine(request, tmp_path / "schedule-engine", config.budget.trial_timeout_s)
     assert outcome.result is not None, outcome.message
     drafted = {bs: sum(r.spec.draft_tokens for r in outcome.result.repeats if r.batch_size == bs) for bs in (1, 4)}
-    # Every batch at level 1 runs at batch size 1 (k=0: no draft); level 4's full batches run at 4 (k=3).
+    # Every batch at level 1 runs at batch size 1 (k=0: no draft); level 4's batches run at 2-4 (k=3) until
+    # their last request.
     assert drafted[1] == 0 and drafted[4] > 0, drafted

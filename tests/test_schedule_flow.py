@@ -65,24 +65,24 @@ def test_a_validated_schedule_is_exported_and_read_back_by_vllm(tmp_path: Path, 
     assert _run(tmp_path, data) == 0
     assert (tmp_path / "launches").read_text() == "9"  # three trials; k=3, the schedule, the baseline twice each
     run = _stored(data)
-    assert run.schedule is not None and run.schedule.vllm_value() == [[1, 3, 3], [4, 1024, 0]]
+    assert run.schedule is not None and run.schedule.vllm_value() == [[1, 1, 3], [2, 1024, 0]]
     assert run.exported and run.verdict is not None and all(c.within for c in run.verdict.levels)
     assert outcome.read(_load(data)).verdict == "schedule"
     request = json.loads((tmp_path / "runs" / "sched" / "confirm-r2-schedule" / "request.json").read_text())
     spec = request["llm_kwargs"]["speculative_config"]
     assert spec["num_speculative_tokens"] == 3 and spec["num_speculative_tokens_per_batch_size"] == [
-        [1, 3, 3],
-        [4, 1024, 0],
+        [1, 1, 3],
+        [2, 1024, 0],
     ]
     text = (tmp_path / "best.yaml").read_text()
-    assert "a batch-size schedule of k" in text and "  - [1, 3, 3]\n  - [4, 1024, 0]\n" in text
+    assert "a batch-size schedule of k" in text and "  - [1, 1, 3]\n  - [2, 1024, 0]\n" in text
     assert "#   batch 1: k=3 (trial 1: " in text and "#   batch 4: k=0 (no speculation) (trial 0: " in text
     assert "the schedule is exported" in text
     # The file as vLLM reads it (the stand-in engine's fake-* keys are not vLLM's: left out).
     served = {k: v for k, v in yaml.safe_load(text).items() if not k.startswith("fake-")}
     clean = tmp_path / "clean.yaml"
     clean.write_text(yaml.safe_dump(served))
-    assert [list(r) for r in parse_with_vllm(clean).num_speculative_tokens_per_batch_size] == [[1, 3, 3], [4, 1024, 0]]
+    assert [list(r) for r in parse_with_vllm(clean).num_speculative_tokens_per_batch_size] == [[1, 1, 3], [2, 1024, 0]]
 
     client = MlflowClient(data["tracking"]["uri"])
     exp = client.get_experiment_by_name(data["name"])
@@ -134,7 +134,7 @@ def test_a_schedule_slower_than_a_static_configuration_is_not_exported(tmp_path:
     text = (tmp_path / "best.yaml").read_text()
     assert "num_speculative_tokens_per_batch_size" not in text and "speculative-config" in text
     assert (
-        "# batch-size schedule of ngram lookup 1-3 eager (1-3: k=3; 4-1024: k=0; k=0: no speculation) NOT exported: at level 1"
+        "# batch-size schedule of ngram lookup 1-3 eager (1: k=3; 2-1024: k=0; k=0: no speculation) NOT exported: at level 1"
         in text
     )
 

@@ -97,9 +97,9 @@ def test_an_exported_schedule_is_reported_as_the_export_states_it(exported: tupl
     best_yaml = (tmp / "best.yaml").read_text()
     section = report.schedule
     assert section is not None and section.exported
-    head = "batch-size schedule of ngram lookup 1-3 eager (1-3: k=3; 4-1024: k=0; k=0: no speculation) exported: "
+    head = "batch-size schedule of ngram lookup 1-3 eager (1: k=3; 2-1024: k=0; k=0: no speculation) exported: "
     assert section.outcome.startswith(head + "its engines ") and "beat the baseline engines up to" in section.outcome
-    assert section.ranges == ["1-3: k=3", "4-1024: k=0"]
+    assert section.ranges == ["1: k=3", "2-1024: k=0"]
     body = _level_lines_agree(report, best_yaml, study)
     assert [(row[0], row[1]) for row in body] == [("1", "k=3"), ("4", "k=0 (no speculation)")]
     assert all(row[5].startswith("within noise") for row in body)
@@ -109,7 +109,7 @@ def test_an_exported_schedule_is_reported_as_the_export_states_it(exported: tupl
     md = render_markdown(report)
     assert "**Batch-size schedule**" in md and f"- {head}" in md
     assert headline(report).startswith(f"Use the {head}")  # what best.yaml serves, not the static winner
-    assert "`num_speculative_tokens_per_batch_size`): 1-3: k=3; 4-1024: k=0" in md
+    assert "`num_speculative_tokens_per_batch_size`): 1: k=3; 2-1024: k=0" in md
     assert "| 1 | k=3 | trial 1: " in md and "| 4 | k=0 (no speculation) | trial 0: " in md
     html = render_html(report)
     assert "<h2>Batch-size schedule</h2>" in html and 'id="schedule-outcome"' in html

@@ -25,7 +25,7 @@ def test_a_served_study_validates_its_schedule_under_the_same_load(
     assert _run(tmp_path, data) == 0
     assert (tmp_path / "launches").read_text() == "9"  # three trials; k=3, the schedule and the baseline twice each
     run = _stored(data)
-    assert run.schedule is not None and run.schedule.vllm_value() == [[1, 3, 3], [4, 1024, 0]]
+    assert run.schedule is not None and run.schedule.vllm_value() == [[1, 1, 3], [2, 1024, 0]]
     request = json.loads((tmp_path / "runs" / "sched" / "confirm-r1-schedule" / "request.json").read_text())
     assert request["mode"] == "serve"
     assert run.metrics is not None and run.metrics.mode == "serve"

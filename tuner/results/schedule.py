@@ -12,11 +12,15 @@ Derivation (``derive``), per measured level (``workload.batch_sizes``; in serve 
   the noise cannot be told apart, and the smaller k drafts less (k = 0 not at all).
 
 Boundaries (``ranges``): with the measured levels L1 < L2 < ... < Ln, level Li's k covers the batch sizes
-  from Li up to L(i+1) - 1; the first range starts at 1 (vLLM requires it), the last runs to ``cap``
+  from L(i-1) + 1 up to Li; the first range starts at 1 (vLLM requires it), the last runs on to ``cap``
   (``max_num_seqs`` of the engine arguments when set, else ``DEFAULT_CAP``; vLLM carries the last k
-  beyond it anyway). An unmeasured batch size thus runs the k of the measured level below it, as vLLM
-  itself fills gaps. Neighbouring ranges of one k are merged. One range left: the schedule is constant,
-  a static configuration is the answer, and there is no schedule.
+  beyond it anyway). A level is measured at its size and below: an offline batch of Li requests runs Li
+  at once only until the first one finishes, and Li requests in flight never batch more than Li, so the
+  sizes under Li are what level Li's figure mostly holds. (The rule that gave Li's k to Li up to
+  L(i+1) - 1 ran the H100 study's batch 64 at the k=0 of 16-63 for most of its steps: its schedule engine
+  measured less than no speculation there, 2026-12-07, docs/measurement-log.md.) Neighbouring ranges of
+  one k are merged. One range left: the schedule is constant, a static configuration is the answer, and
+  there is no schedule.
 
 Validation (``decide``): the schedule is a finalist of the confirmation (tuner.results.confirmation): fresh
   engines run it interleaved with the baseline's and every other finalist's. It is exported only if
@@ -38,7 +42,7 @@ from pydantic import BaseModel
 DEFAULT_CAP = 1024
 RULE = (
     "per level the smallest k within the study's noise of the fastest measured option (k=0: no speculation); "
-    "a level's k holds from it up to the next measured level"
+    "a level's k holds from just above the measured level below it up to it"
 )
 VALIDATION_RULE = (
     "exported only if it wins the interleaved fresh-engine comparison against the baseline (as a static winner "
@@ -77,7 +81,8 @@ class ScheduleRange(BaseModel):
     k: int
 
     def text(self) -> str:
-        return f"{self.start}-{self.end}: k={self.k}"
+        sizes = str(self.start) if self.start == self.end else f"{self.start}-{self.end}"
+        return f"{sizes}: k={self.k}"
 
 
 class Schedule(BaseModel):
@@ -136,8 +141,8 @@ def ranges(choices: Sequence[tuple[int, int]], cap: int) -> list[ScheduleRange]:
     ordered = sorted(choices)
     out: list[ScheduleRange] = []
     for i, (level, k) in enumerate(ordered):
-        start = 1 if i == 0 else level
-        end = ordered[i + 1][0] - 1 if i + 1 < len(ordered) else max(cap, level)
+        start = 1 if i == 0 else ordered[i - 1][0] + 1
+        end = level if i + 1 < len(ordered) else max(cap, level)
         if out and out[-1].k == k:
             out[-1] = out[-1].model_copy(update={"end": end})
         else:
