@@ -1088,10 +1088,9 @@ def t_readme(doc: Path) -> str:
         if not (out or {}).get("decision") and budget and measured < budget:
             answer += f"; **unfinished**: {measured} of {budget} budgeted configurations measured, no confirmation"
         elif out and not out.get("decision") and (conf_run := out.get("confirmation") or {}).get("engines"):
-            planned = len(conf_run.get("finalists") or []) * int(conf_run.get("rounds") or 0)
             answer += (
                 f" (best trial); **unfinished**: confirmation in fresh engines, {len(conf_run['engines'])} of "
-                f"{planned} engines measured"
+                f"{_engines_planned(conf_run)} engines measured"
             )
         rates = slo_rates(summary)
         if rates:
@@ -1275,6 +1274,11 @@ def _levels_of(engine: dict[str, Any]) -> dict[int, float]:
     return {int(k): float(v) for k, v in (engine.get("levels") or {}).items()}
 
 
+def _engines_planned(conf: dict[str, Any]) -> int:
+    """A confirmation's fresh engines: every finalist once a round."""
+    return len(conf.get("finalists") or []) * int(conf.get("rounds") or 0)
+
+
 def _confirmation(conf: dict[str, Any], dec: dict[str, Any], labels: dict[int, str], level_name: str) -> str:
     """The confirmation's fresh engines in the order they ran, each with its value, and what won."""
     values: dict[tuple[int, bool], list[float]] = {}
@@ -1308,7 +1312,7 @@ def _confirmation(conf: dict[str, Any], dec: dict[str, Any], labels: dict[int, s
     head = ["round", "engine", *[f"{level_name} {b}: tok/s" if b else "SLO kept up to, req/s" for b in levels]]
     head.append("value (over the baseline's engines)")
     if not finalists:
-        planned = len(conf.get("finalists") or []) * int(conf.get("rounds") or 0)
+        planned = _engines_planned(conf)
         return table(head, rows) + f"\n\nUnfinished: {len(engines)} of {planned} engines measured, no verdict yet."
     verdicts = "; ".join(
         f"{f['label']}{' (baseline)' if f is dec.get('baseline') else ''}: median {f['median']:.3f}x, "
