@@ -42,9 +42,27 @@ def test_a_trial_running_in_a_database_brought_back_mid_study_is_reported_interr
 
     root = Path(__file__).resolve().parents[1]
     folder = root / "benchmarks/results/eagle3-wide-h100-20261207"
+    import sqlite3
+
     db = tmp_path / "optuna.db"
     shutil.copy(folder / "optuna.db", db)  # read-only use, but Optuna's storage may write its schema version
-    summary = gpu_report.study_summary(root / "studies/wide-h200-eagle3.yaml", f"sqlite:///{db}", folder / "runs", None)
+    study = root / "studies/wide-h200-eagle3.yaml"
+    # The resumed study (next session) failed trial 6 and ran it again as 7: the database as it came back
+    # the first time has trial 6 RUNNING and nothing after it.
+    with sqlite3.connect(db) as con:
+        first = con.execute("select trial_id from trials where number = 7").fetchone()[0]
+        for table in ("trial_params", "trial_values", "trial_user_attributes", "trial_system_attributes"):
+            con.execute(f"delete from {table} where trial_id >= ?", (first,))
+        con.execute("delete from trials where number >= 7")
+        con.execute("update trials set state = 'RUNNING', datetime_complete = NULL where number = 6")
+    summary = gpu_report.study_summary(study, f"sqlite:///{db}", folder / "runs", None)
     by_number = {t["number"]: t for t in summary["trials"]}
     assert by_number[6]["state"] == "RUNNING" and by_number[6]["interrupted"]
     assert not any(by_number[n]["interrupted"] for n in range(6))
+    # resumed: trial 6 failed by the resume is still the interrupted one, its retry is not
+    again = tmp_path / "resumed.db"
+    shutil.copy(folder / "optuna.db", again)
+    resumed = gpu_report.study_summary(study, f"sqlite:///{again}", folder / "runs", None)
+    by_number = {t["number"]: t for t in resumed["trials"]}
+    assert by_number[6]["state"] == "FAIL" and by_number[6]["interrupted"]
+    assert by_number[7]["state"] == "COMPLETE" and not by_number[7]["interrupted"]
