@@ -1275,8 +1275,10 @@ def _levels_of(engine: dict[str, Any]) -> dict[int, float]:
 
 
 def _engines_planned(conf: dict[str, Any]) -> int:
-    """A confirmation's fresh engines: every finalist once a round."""
-    return len(conf.get("finalists") or []) * int(conf.get("rounds") or 0)
+    """A stored confirmation's fresh engines, as the tuner plans them (``Confirmation.plan``)."""
+    from tuner.results.confirmation import Confirmation
+
+    return len(Confirmation.model_validate(conf).plan())
 
 
 def _confirmation(conf: dict[str, Any], dec: dict[str, Any], labels: dict[int, str], level_name: str) -> str:
