@@ -1073,8 +1073,10 @@ def t_readme(doc: Path) -> str:
             chosen = next((t["label"] for t in summary["trials"] if t["number"] == out.get("chosen")), None)
             answer = chosen or "none"
             dec = out.get("decision") or {}
+            schedule_exported = bool(((out.get("schedule") or {}).get("verdict") or {}).get("exported"))
             conf = [
                 f"{x['label']} confirmed {', '.join(f'{v:.3f}x' for v in x['values'])}"
+                + (" (not exported: see its validation)" if x.get("schedule") and not schedule_exported else "")
                 for x in dec.get("speculative") or []
             ]
             skipped = (out.get("confirmation") or {}).get("skipped")

@@ -100,10 +100,15 @@ def test_a_validated_schedule_is_exported_and_read_back_by_vllm(tmp_path: Path, 
     assert (tmp_path / "launches").read_text() == "9"
     assert _stored(data).mlflow_run_id == run.mlflow_run_id
 
-    # Switched off: the static choice is confirmed and served; the schedule's engines stay on record.
+    # Switched off: the static choice is confirmed and served; the schedule's engines stay on record, and the
+    # k=3 and baseline engines, measured interleaved with each other, answer the smaller confirmation.
     data["schedule"] = {"enabled": False}
     assert _run(tmp_path, data) == 0
+    assert (tmp_path / "launches").read_text() == "9"
     assert "num_speculative_tokens_per_batch_size" not in (tmp_path / "best.yaml").read_text()
+    current = confirmation.load(_load(data))
+    assert current is not None and current.complete and not any(f.schedule for f in current.finalists)
+    assert len(current.engines) == 4
     study = _load(data)
     assert schedule_run.load(study) is not None
     kept = [e for c in confirmation.history(study) for e in c.engines if e.schedule]
@@ -146,3 +151,31 @@ def test_a_constant_schedule_is_not_validated(tmp_path: Path, fake_schedule: Non
     run = _stored(data)
     assert run.schedule is None and "constant: k=3" in run.derivation.note
     assert "# no batch-size schedule: constant: k=3 at every level" in (tmp_path / "best.yaml").read_text()
+
+
+def test_a_confirmation_of_other_schedule_ranges_is_not_resumed_as_this_schedules(
+    tmp_path: Path, fake_schedule: None
+) -> None:
+    """The H100 head study (2026-12-07): its confirmation was planned with the ranges of the old boundary rule,
+    resumed after the rule changed, and its second schedule engine ran the new ranges under the old label."""
+    data = _study(tmp_path, GAINS)
+    assert _run(tmp_path, data) == 0
+    assert (tmp_path / "launches").read_text() == "9"
+    study = _load(data)
+    stored = confirmation.load(study)
+    assert stored is not None
+    derived = _stored(data).schedule
+    assert derived is not None
+    for f in stored.finalists:
+        if f.schedule:  # as if planned under another rule: other ranges in the label
+            f.label = f.label.replace(derived.text(), "1-3: k=3; 4-1024: k=0")
+    study.set_user_attr(confirmation.CONFIRMATION, stored.model_dump(mode="json"))
+
+    assert _run(tmp_path, data) == 0
+    assert (tmp_path / "launches").read_text() == "15"  # a new confirmation: k=3, the schedule, the baseline
+    study = _load(data)
+    assert [c.finalists for c in confirmation.history(study)] == [stored.finalists]
+    current = confirmation.load(study)
+    assert current is not None and current.complete
+    runs = [e for e in current.engines if e.schedule]
+    assert len(runs) == 2 and all(e.ranges == derived.vllm_value() for e in runs)

@@ -46,6 +46,7 @@ class EngineRun(BaseModel):
     round: int
     trial: int  # the finalist's trial number (the schedule's: its drafter's best trial)
     schedule: bool = False  # the schedule finalist's engine
+    ranges: list[list[int]] = []  # the schedule engine's num_speculative_tokens_per_batch_size, as it ran
     levels: dict[int, float] = {}  # level -> median output tokens/s in this engine (SLO_RATE_LEVEL: the rate)
     metrics: TrialMetrics | None = None  # the schedule's engines: every figure, as a trial's
     engine: dict[str, str] = {}
@@ -66,6 +67,11 @@ class Finalist(BaseModel):
     @property
     def key(self) -> tuple[int, bool]:
         return self.trial, self.schedule
+
+    @property
+    def question(self) -> tuple[int, bool, str]:
+        """What its engines measure: a schedule finalist is its ranges (in its label) as well as its trial."""
+        return self.trial, self.schedule, self.label if self.schedule else ""
 
 
 class FinalistResult(BaseModel):
@@ -116,12 +122,24 @@ class Confirmation(BaseModel):
         return all(self.measured(r, f) is not None for r, f in self.plan())
 
     def same_as(self, other: Confirmation) -> bool:
-        """Same finalists, rounds, repeats and judged levels: its engines answer the same question."""
-        return [f.key for f in self.finalists] == [f.key for f in other.finalists] and (
-            self.rounds,
-            self.repeats,
-            self.weights,
-        ) == (other.rounds, other.repeats, other.weights)
+        """Same finalists (a schedule of the same ranges), rounds, repeats and judged levels: its engines
+        answer the same question."""
+        return [f.question for f in self.finalists] == [f.question for f in other.finalists] and self._same_plan(other)
+
+    def _same_plan(self, other: Confirmation) -> bool:
+        return (self.rounds, self.repeats, self.weights) == (other.rounds, other.repeats, other.weights)
+
+    def narrowed_to(self, other: Confirmation) -> Confirmation | None:
+        """This confirmation's engines of ``other``'s finalists, when ``other`` asks for some of this one's
+        finalists under the same plan (a finalist dropped, for example a schedule no longer derived): the
+        engines left were measured interleaved with each other and answer ``other``'s question. None: not
+        a part of this one."""
+        mine = {f.question for f in self.finalists}
+        if self.skipped or not self._same_plan(other) or any(f.question not in mine for f in other.finalists):
+            return None
+        keys = {f.key for f in other.finalists}
+        engines = [e for e in self.engines if (e.trial, e.schedule) in keys]
+        return other.model_copy(update={"engines": engines, "skipped": ""})
 
     def _engines_of(self, finalist: Finalist) -> list[EngineRun]:
         return [e for e in self.engines if (e.trial, e.schedule) == finalist.key]
@@ -345,8 +363,8 @@ def judged_levels(config: StudyConfig) -> dict[int, float]:
 
 def clearly_behind(study: optuna.Study, config: StudyConfig, best_spec: FrozenTrial) -> str:
     """Why fresh engines cannot matter, or "": the best speculative trial's weighted speedup (against the
-    current reference) is more than the study's noise (the largest spread between one engine's repeats at
-    any measured level, at least 3%) below 1. Under the goodput objective the SLO search decides: always
+    current reference) is more than the study's noise (the largest over the measured levels of the median
+    within-trial CV there, at least 3%: tuner.results.noise) below 1. Under the goodput objective the SLO search decides: always
     confirmed."""
     if list(judged_levels(config)) == [SLO_RATE_LEVEL]:
         return ""

@@ -204,7 +204,9 @@ def current_confirmation(
     if config is not None:
         n = config.confirm.speculative
     expected = expected_finalists(study, config, n, schedule, tie_noise=stored.tie_noise)
-    return stored if expected is not None and stored.same_as(expected) else None
+    if expected is None:
+        return None
+    return stored if stored.same_as(expected) else stored.narrowed_to(expected)
 
 
 def decide(study: optuna.Study, config: StudyConfig | None = None) -> StudyOutcome:

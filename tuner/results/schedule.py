@@ -7,8 +7,8 @@ Derivation (``derive``), per measured level (``workload.batch_sizes``; in serve 
   lookup window and extra keys; the best-scoring trial where one k was measured twice), and k = 0: the
   best baseline without speculation of the same enforce_eager (else the best baseline). Each option's figure is its median output tokens/s at that level.
   The level takes the **smallest k whose median is within the study's noise of the fastest option's**
-  (median >= fastest * (1 - noise)), noise being the pruner's (``tuner.trial.pruning.study_noise``: the
-  largest within-trial CV at that level among completed trials, at least 3%). Two options closer than
+  (median >= fastest * (1 - noise)), noise being the pruner's (``tuner.results.noise.study_noise``: the
+  median within-trial CV at that level over the completed trials, at least 3%). Two options closer than
   the noise cannot be told apart, and the smaller k drafts less (k = 0 not at all).
 
 Boundaries (``ranges``): with the measured levels L1 < L2 < ... < Ln, level Li's k covers the batch sizes

@@ -316,7 +316,7 @@ class ConfirmConfig(StrictModel):
     skip_when_behind: bool = Field(
         default=True,
         description="Measure no fresh engine when the best speculative trial is more than the study's noise "
-        "(pruning's rule: the largest repeat-to-repeat spread, at least 3%) below no speculation: the baseline is "
+        "(pruning's rule: the median repeat-to-repeat CV, at least 3%) below no speculation: the baseline is "
         "served either way, and only noise could make fresh engines say otherwise.",
     )
 

@@ -20,6 +20,7 @@ from tuner.results import store
 from tuner.results.confirmation import CONFIRMATION, HISTORY, Confirmation, EngineRun, Finalist
 from tuner.results.schedule_run import ScheduleRun, schedule_spec
 from tuner.results.scoring import SLO_RATE_LEVEL, level_metrics, level_name, score_result
+from tuner.study import methods
 from tuner.trial.deadline import confirmation_engine_s
 from tuner.trial.interrupts import sigterm_interrupts
 from tuner.trial.progress import format_left
@@ -42,7 +43,9 @@ def confirm_study(runner: StudyRunner, schedule: ScheduleRun | None = None) -> C
         conf = None  # skipped under other settings or trials: nothing was measured, so nothing to keep
     if conf is not None and not conf.same_as(wanted):
         study.set_user_attr(HISTORY, [*(study.user_attrs.get(HISTORY) or []), conf.model_dump(mode="json")])
-        conf = None
+        conf = conf.narrowed_to(wanted)
+        if conf is not None:
+            study.set_user_attr(CONFIRMATION, conf.model_dump(mode="json"))
     if conf is None:
         conf = wanted
         conf.skipped = _behind(runner, conf)
@@ -102,6 +105,8 @@ def _measure(
     if finalist.schedule:
         assert schedule is not None and schedule.schedule is not None  # a schedule finalist comes from one
         spec = schedule_spec(ps.study, schedule.schedule)
+        # same_as holds: the derived schedule is the finalist's (its label carries the ranges)
+        assert finalist.label.endswith(schedule.schedule.text())
     else:
         found = store.trial_spec(ps.study.trials[finalist.trial])
         assert found is not None
@@ -121,6 +126,7 @@ def _measure(
         round=round_,
         trial=finalist.trial,
         schedule=finalist.schedule,
+        ranges=spec.extra.get(methods.SCHEDULE, []) if finalist.schedule else [],
         wall_s=outcome.wall_s,
         measured_on=dt.date.today().isoformat(),
     )

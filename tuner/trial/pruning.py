@@ -4,8 +4,8 @@ Rule (``pruning.percentile`` = p):
   a trial's value at a step (one batch size, one repeat) is compared with the values that completed
   trials, baselines included, reported at that same step. It is pruned when it is below the p-th
   percentile of those values AND more than the study's noise below the best of them.
-  noise = max(NOISE_FLOOR, the largest coefficient of variation over repeats that a completed trial
-  measured at that batch size), so a trial inside the measurement noise of the best is never pruned.
+  noise = max(NOISE_FLOOR, the median coefficient of variation over repeats of the completed trials at
+  that batch size: tuner.results.noise), so a trial inside the measurement noise of the best is never pruned.
 Pruning starts once ``pruning.startup_trials`` completed trials reported at that step.
 """
 
