@@ -35,13 +35,12 @@ def rederive(study_file: Path, storage: str) -> dict[str, Any]:
     stored = confirmation.load(study)
     answer: dict[str, Any] = {"stored": stored is not None}
     if stored is not None and wanted is not None:
-        same = stored.same_as(wanted)
-        usable = stored if same else stored.narrowed_to(wanted)
-        answer.update(same=same, narrowed=not same and usable is not None)
+        usable = stored.answering(wanted)
+        answer.update(same=usable is stored, narrowed=usable is not None and usable is not stored)
         if usable is not None:
             answer["complete"] = usable.complete
             answer["engines"] = len(usable.engines)
-            answer["engines_to_run"] = sum(1 for r, f in usable.plan() if usable.measured(r, f) is None)
+            answer["engines_to_run"] = usable.engines_to_run()
             if usable.complete:
                 decision = usable.decide()
                 answer["winner"] = decision.winner

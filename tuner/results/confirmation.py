@@ -121,6 +121,14 @@ class Confirmation(BaseModel):
     def complete(self) -> bool:
         return all(self.measured(r, f) is not None for r, f in self.plan())
 
+    def engines_to_run(self) -> int:
+        return sum(1 for r, f in self.plan() if self.measured(r, f) is None)
+
+    def answering(self, other: Confirmation) -> Confirmation | None:
+        """This stored confirmation as the answer to ``other``'s question: itself when the question is the
+        same, its engines of ``other``'s finalists when ``other`` asks a part of it, else None."""
+        return self if self.same_as(other) else self.narrowed_to(other)
+
     def same_as(self, other: Confirmation) -> bool:
         """Same finalists (a schedule of the same ranges), rounds, repeats and judged levels: its engines
         answer the same question."""

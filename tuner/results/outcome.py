@@ -206,7 +206,7 @@ def current_confirmation(
     expected = expected_finalists(study, config, n, schedule, tie_noise=stored.tie_noise)
     if expected is None:
         return None
-    return stored if stored.same_as(expected) else stored.narrowed_to(expected)
+    return stored.answering(expected)
 
 
 def decide(study: optuna.Study, config: StudyConfig | None = None) -> StudyOutcome:

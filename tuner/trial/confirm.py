@@ -75,7 +75,7 @@ def _behind(runner: StudyRunner, conf: Confirmation) -> str:
 def _left(runner: StudyRunner, conf: Confirmation) -> str:
     """The confirmation's engines still to run, this one included, at the median time of those it measured
     (before any, the trials' estimate: tuner.trial.deadline.confirmation_engine_s)."""
-    todo = sum(1 for r, f in conf.plan() if conf.measured(r, f) is None)
+    todo = conf.engines_to_run()
     walls = [e.wall_s for e in conf.engines]
     if walls:
         each: float | None = statistics.median(walls)
