@@ -155,6 +155,15 @@ def _ngram_against_baseline(
     )
 
 
+def test_the_engines_left_are_the_planned_ones_not_yet_measured() -> None:
+    conf = _ngram_against_baseline({1: 1.0}, [({1: 26.0}, {1: 20.0})] * 3)
+    assert conf.engines_to_run() == 0 and conf.complete
+    conf.engines = [e for e in conf.engines if not (e.round == 1 and e.trial == 1) and e.round != 2]
+    assert conf.engines_to_run() == 3 and not conf.complete  # round 1's n-gram, round 2's two
+    conf.skipped = "behind the baseline"
+    assert conf.engines_to_run() == 0  # a skipped confirmation plans no engine
+
+
 def test_goodput_confirmation_passes_when_the_baseline_keeps_the_slo_at_no_rate() -> None:
     conf = _ngram_against_baseline({SLO_RATE_LEVEL: 1.0}, [({SLO_RATE_LEVEL: 2.0}, {SLO_RATE_LEVEL: 0.0})] * 2)
     decision = conf.decide()

@@ -372,8 +372,8 @@ def judged_levels(config: StudyConfig) -> dict[int, float]:
 def clearly_behind(study: optuna.Study, config: StudyConfig, best_spec: FrozenTrial) -> str:
     """Why fresh engines cannot matter, or "": the best speculative trial's weighted speedup (against the
     current reference) is more than the study's noise (the largest over the measured levels of the median
-    within-trial CV there, at least 3%: tuner.results.noise) below 1. Under the goodput objective the SLO search decides: always
-    confirmed."""
+    within-trial CV there, at least 3%: tuner.results.noise) below 1. Under the goodput objective the SLO
+    search decides: always confirmed."""
     if list(judged_levels(config)) == [SLO_RATE_LEVEL]:
         return ""
     metrics = store.scored_metrics(study, best_spec)
