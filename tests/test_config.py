@@ -98,6 +98,12 @@ def test_bad_target_env_names_the_variable(tmp_path: Path, env: dict[str, object
     assert "target.env" in msg and field in msg
 
 
+def test_a_dtype_vllm_does_not_know_is_refused_at_load(tmp_path: Path) -> None:
+    data = study_dict(tmp_path)
+    msg = _error(tmp_path, target={**data["target"], "dtype": "bf16"})
+    assert msg.startswith(str(tmp_path / "test-study.yaml") + ": target.dtype:") and "'bfloat16'" in msg, msg
+
+
 def test_batch_weights_must_match(tmp_path: Path) -> None:
     msg = _error(tmp_path, workload={"prompts": "p.jsonl", "batch_sizes": [1, 8], "batch_weights": [1.0]})
     assert "workload" in msg and "batch_weights" in msg
@@ -125,6 +131,8 @@ def test_prompt_file_errors_name_the_line(tmp_path: Path) -> None:
         load_prompts(path)
     with pytest.raises(UserError, match="does not exist"):
         load_prompts(tmp_path / "missing.jsonl")
+    with pytest.raises(UserError, match=f"{tmp_path} is a folder; fix: point it at a JSONL prompt file"):
+        load_prompts(tmp_path)
     path.write_text(json.dumps({"messages": [{"role": "user"}]}) + "\n")
     with pytest.raises(UserError, match=r"line 1: 'messages' must be"):
         load_prompts(path)

@@ -177,7 +177,30 @@ def test_hub_ids_are_checked_from_the_offline_cache(tmp_path: Path, heads: dict[
     assert draft.returncode == 0, draft.stdout + draft.stderr
     assert "vocabulary (token → id)" in draft.stdout and "verdict: compatible" in draft.stdout
     missing = run_cli(["check-pair", "--target", "demo-org/smollm2", "--draft", "demo-org/absent"], tmp_path, env)
-    assert missing.returncode == 2 and "--draft: demo-org/absent is neither" in missing.stderr, missing.stderr
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr.strip().startswith("error: --draft: demo-org/absent is not in the local Hugging Face cache")
+    assert "HF_HUB_OFFLINE" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_a_study_naming_a_hub_id_an_offline_engine_could_not_load_exits_2(tmp_path: Path, fake_engine: str) -> None:
+    """Offline, a hub id missing from the cache fails every engine that names it (vLLM reads HF_HUB_OFFLINE
+    too): pre-flight says so before any engine, naming the field, and stores nothing."""
+    home = tmp_path / "hf"
+    _hub_cache(home, "demo-org/smollm2", demo_path(TARGET_NAME))
+    env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    data = study_dict(tmp_path)
+    data["target"]["model"] = "demo-org/smollm2"
+    data["candidates"][2]["model"] = "demo-org/absent-draft"
+    res = run_cli(["optimize", "--study", str(write_study(tmp_path, data))], tmp_path, env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: candidates.2.model: demo-org/absent-draft is not in"), lines
+    assert "fix: download it first" in lines[0]
+    assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
+    # the same study with the draft in the cache passes pre-flight and measures
+    _hub_cache(home, "demo-org/absent-draft", demo_path(f"{TARGET_NAME}-4L"))
+    ok = run_cli(["optimize", "--study", str(write_study(tmp_path, data)), "--n-trials", "1"], tmp_path, env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
 def test_preflight_compares_the_tokenizers_of_a_draft_named_by_hub_id(

@@ -285,7 +285,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_check_pair(args: argparse.Namespace) -> int:
     from tuner.study.heads import check_head, is_head
-    from tuner.study.hub import local_checkpoint
+    from tuner.study.hub import HubModelMissing, local_checkpoint
     from tuner.study.pair_check import compare_pair, render
     from tuner.study.spec import local_path_missing, resolve_model
 
@@ -294,11 +294,14 @@ def cmd_check_pair(args: argparse.Namespace) -> int:
     for flag, path in (("--target", target), ("--draft", draft)):
         if local_path_missing(path):
             raise UserError(f"{flag}: {path} does not exist; fix: give a checkpoint directory or demo:NAME")
-        folder = local_checkpoint(path)
+        try:
+            folder = local_checkpoint(path)
+        except HubModelMissing as exc:
+            raise UserError(f"{flag}: {exc}") from None
         if folder is None:
             raise UserError(
-                f"{flag}: {path} is neither a folder nor a hub id in the local cache or on the hub; "
-                "fix: check the id, or download it (HF_HUB_OFFLINE=1 allows the cache only)"
+                f"{flag}: {path} is not in the local Hugging Face cache and the hub could not be reached; "
+                "fix: check the network, or download it where the hub is reachable (`hf download`)"
             )
         local[flag] = folder
     if is_head(local["--draft"]):

@@ -43,17 +43,10 @@ def ensure_demo_models(config: StudyConfig) -> None:
 
 def run_preflight(config: StudyConfig) -> Preflight:
     ensure_demo_models(config)
+    check_models_exist(config)
     target_path = resolve_model(config.target.model)
-    if local_path_missing(target_path):
-        raise UserError(f"target.model: {target_path} does not exist; fix: give the path of a Hugging Face checkpoint")
     allowed: list[str] = []
     rejected: dict[str, str] = {}
-    for index, candidate in enumerate(config.candidates):
-        if candidate.model and local_path_missing(resolve_model(candidate.model)):
-            raise UserError(
-                f"candidates.{index}.model: {resolve_model(candidate.model)} does not exist; "
-                "fix: give the path of a draft checkpoint (or demo:NAME)"
-            )
     on_cpu = not describe_hardware().gpu_count
     for name in candidate_names(config):
         found = find_candidate(config, name)
@@ -92,6 +85,25 @@ def run_preflight(config: StudyConfig) -> Preflight:
     return Preflight(
         target_path=target_path, allowed=allowed, rejected=rejected, schedule_skipped=check_schedule(config)
     )
+
+
+def check_models_exist(config: StudyConfig) -> None:
+    """Every model is a folder that exists or a hub id that an engine here could load, before a check reads one."""
+    from tuner.study.hub import HubModelMissing, local_checkpoint
+
+    fields = [("target.model", config.target.model, "the path of a Hugging Face checkpoint")] + [
+        (f"candidates.{index}.model", c.model, "the path of a draft checkpoint (or demo:NAME)")
+        for index, c in enumerate(config.candidates)
+        if c.model
+    ]
+    for field, ref, what in fields:
+        path = resolve_model(ref)
+        if local_path_missing(path):
+            raise UserError(f"{field}: {path} does not exist; fix: give {what}")
+        try:
+            local_checkpoint(path)
+        except HubModelMissing as exc:
+            raise UserError(f"{field}: {exc}") from None
 
 
 def engine_args_probe(config: StudyConfig) -> dict[str, Any] | None:

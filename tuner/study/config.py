@@ -16,6 +16,8 @@ MAX_SPECULATIVE_TOKENS = 16
 # Study-file sections that may change between runs of one study: they do not change what a trial measures.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 UNFINGERPRINTED = frozenset({"budget", "confirm", "schedule", "tracking", "storage", "description"})
+# vLLM 0.32's ModelDType (vllm/config/model.py): any other string would fail only when an engine starts.
+ModelDType = Literal["auto", "half", "float16", "bfloat16", "float", "float32"]
 
 
 class StrictModel(BaseModel):
@@ -48,7 +50,7 @@ def _int_range_field(value: Any) -> Any:
 
 class TargetConfig(StrictModel):
     model: str = Field(description="Path of a HF checkpoint, or demo:NAME for the packaged demo model.")
-    dtype: str = "auto"
+    dtype: ModelDType = "auto"
     max_model_len: int | None = Field(default=None, ge=16)
     trust_remote_code: bool = False
     seed: int = 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tuner.errors import UserError
+
 # What the pair and head checks read; weights stay on the hub (a head's safetensors are read when cached).
 CHECK_FILES = [
     "config.json",
@@ -27,20 +29,34 @@ def is_hub_id(model: str) -> bool:
     return bool(HUB_ID.match(model)) and not Path(model).exists()
 
 
+class HubModelMissing(UserError):
+    """A hub id that no engine on this machine could load either: offline and not cached, or not on the hub."""
+
+
 def local_checkpoint(model: str) -> str | None:
     """A local folder holding the model's config (and tokenizer) files: the path itself, or the hub id's
-    snapshot (cached, else downloaded unless offline); None when a hub id cannot be had."""
+    snapshot (cached, else downloaded unless offline). None when the hub cannot be reached now (the engine
+    may fare better); :class:`HubModelMissing` when the engine would fail on it too."""
     if not is_hub_id(model):
         return model
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     try:
         return str(snapshot_download(model, allow_patterns=CHECK_FILES, local_files_only=True))
     except LocalEntryNotFoundError:
-        pass
+        if constants.HF_HUB_OFFLINE:  # vLLM reads the same variable: its engine would not find it either
+            raise HubModelMissing(
+                f"{model} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE "
+                f"allows nothing else; fix: download it first (`hf download {model}`) or unset HF_HUB_OFFLINE"
+            ) from None
     try:
         return str(snapshot_download(model, allow_patterns=CHECK_FILES))
-    # Offline, unknown, gated, or no network (httpx's errors are not the hub's): the engine will say.
+    except RepositoryNotFoundError:  # gated repositories too: the engine would use the same token
+        raise HubModelMissing(
+            f"{model} is not on the Hugging Face hub, or is gated and this machine's token has no access; "
+            "fix: check the id, or log in with a token that can read it (`hf auth login`)"
+        ) from None
+    # No network, a server error, a timeout (httpx's errors are not the hub's): the engine will say.
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError, RuntimeError):
         return None

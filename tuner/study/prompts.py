@@ -21,7 +21,8 @@ class Prompt(BaseModel):
 
 def load_prompts(path: Path, field: str = "workload.prompts") -> list[Prompt]:
     if not path.is_file():
-        raise UserError(f"{field}: {path} does not exist; fix: point it at a JSONL prompt file")
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise UserError(f"{field}: {path} {what}; fix: point it at a JSONL prompt file")
     prompts: list[Prompt] = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
