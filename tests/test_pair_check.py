@@ -216,3 +216,22 @@ def test_missing_draft_path_is_bad_input(tmp_path: Path, capsys: pytest.CaptureF
     assert res.stderr.strip().startswith("error: candidates.2.model:")
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "optuna.db").exists()
+
+
+def test_a_missing_tokenizer_is_said_of_the_side_that_lacks_it(tmp_path: Path) -> None:
+    from tuner.study.pair_check import compare_pair
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text((demo_path(TARGET_NAME) / "config.json").read_text())
+    draft = str(demo_path(draft_name(DRAFT_LAYERS[0])))
+    (row,) = compare_pair(str(bare), draft).rows
+    assert (row.check, row.target, row.draft, row.ok) == ("tokenizer files", "none", "present", False)
+    assert (
+        row.problem is not None
+        and f"the target {bare} has no tokenizer" in row.problem
+        and "draft" not in (row.problem.split("; fix:")[0])
+    )
+    (both,) = compare_pair(str(bare), str(bare)).rows
+    assert (both.target, both.draft) == ("none", "none") and both.problem is not None
+    assert both.problem.count("has no tokenizer files") == 2 and both.problem.count("fix:") == 1

@@ -225,21 +225,23 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 def _without_tokenizer(target: str, draft: str) -> PairReport | None:
     """A folder with no tokenizer files (an EAGLE head, say) as a blocking row instead of a traceback."""
-    report = PairReport()
-    for side, path in (("target", target), ("draft", draft)):
-        folder = Path(path)
-        if folder.is_dir() and not any((folder / name).exists() for name in TOKENIZER_FILES):
-            report.rows.append(
-                PairRow(
-                    "tokenizer files",
-                    "none" if side == "target" else "present",
-                    "none" if side == "draft" else "present",
-                    False,
-                    problem=f"the {side} {path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); fix: give "
-                    "a checkpoint with its tokenizer (an EAGLE head takes method: eagle3 or eagle)",
-                )
-            )
-    return report if report.rows else None
+    sides = {"target": target, "draft": draft}
+    has = {
+        side: not Path(path).is_dir() or any((Path(path) / name).exists() for name in TOKENIZER_FILES)
+        for side, path in sides.items()
+    }
+    if all(has.values()):
+        return None
+    problem = "; ".join(
+        f"the {side} {sides[side]} has no tokenizer files ({', '.join(TOKENIZER_FILES)})"
+        for side in sides
+        if not has[side]
+    )
+    state = {side: "present" if has[side] else "none" for side in sides}
+    fix = "fix: give a checkpoint with its tokenizer (an EAGLE head takes method: eagle3 or eagle)"
+    return PairReport(
+        rows=[PairRow("tokenizer files", state["target"], state["draft"], False, problem=f"{problem}; {fix}")]
+    )
 
 
 def _compare(target: str, draft: str, trust_remote_code: bool) -> PairReport:
