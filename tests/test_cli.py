@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT, run_cli, study_dict, write_study
 
@@ -75,6 +78,18 @@ def test_storage_that_cannot_be_opened(tmp_path: Path) -> None:
     assert res.returncode == 2
     _one_line_error(res.stderr, "storage")
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_an_absolute_sqlite_path_written_with_three_slashes_is_told_the_fourth(tmp_path: Path) -> None:
+    from tuner.errors import UserError
+    from tuner.results.store import check_url
+
+    # sqlite:///tmp/... is the relative path tmp/... (no such folder under ROOT, where the tests run); /tmp/... is
+    relative = str(tmp_path / "optuna.db").lstrip("/")
+    with pytest.raises(UserError, match=f"fix: for the absolute path /{re.escape(relative)} write four slashes"):
+        check_url(f"sqlite:///{relative}")
+    with pytest.raises(UserError, match="fix: create the directory"):
+        check_url("sqlite:///no-such-dir-here/optuna.db")
 
 
 def test_bad_flag_values(tmp_path: Path) -> None:

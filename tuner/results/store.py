@@ -58,9 +58,12 @@ def check_url(url: str) -> None:
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///").split("?", 1)[0]
         if path and path != ":memory:" and not Path(path).parent.is_dir():
+            fix = "create the directory or point the URL at an existing one"
+            if not path.startswith("/") and Path("/" + path).parent.is_dir():
+                # sqlite:///tmp/x.db is the relative path tmp/x.db: an absolute one takes a fourth slash.
+                fix = f"for the absolute path /{path} write four slashes: sqlite:////{path}"
             raise UserError(
-                f"storage: cannot open '{mask_url(url)}' (directory {Path(path).parent} does not exist); "
-                "fix: create the directory or point the URL at an existing one"
+                f"storage: cannot open '{mask_url(url)}' (directory {Path(path).parent} does not exist); fix: {fix}"
             )
 
 
