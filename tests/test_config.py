@@ -104,6 +104,15 @@ def test_a_dtype_vllm_does_not_know_is_refused_at_load(tmp_path: Path) -> None:
     assert msg.startswith(str(tmp_path / "test-study.yaml") + ": target.dtype:") and "'bfloat16'" in msg, msg
 
 
+def test_an_ngram_whose_lookup_min_is_above_every_max_is_refused(tmp_path: Path) -> None:
+    ngram = {"name": "ng", "method": "ngram", "prompt_lookup_max": [2, 4], "prompt_lookup_min": [5, 6]}
+    msg = _error(tmp_path, candidates=[{"name": "none", "method": "none"}, ngram])
+    assert "candidates.1: prompt_lookup_min from 5 is above prompt_lookup_max up to 4" in msg, msg
+    ngram["prompt_lookup_min"] = [4, 6]  # (4, 4) fits both: allowed
+    data = study_dict(tmp_path, candidates=[{"name": "none", "method": "none"}, ngram])
+    assert load_study(write_study(tmp_path, data)).candidates[1].prompt_lookup_min is not None
+
+
 def test_batch_weights_must_match(tmp_path: Path) -> None:
     msg = _error(tmp_path, workload={"prompts": "p.jsonl", "batch_sizes": [1, 8], "batch_weights": [1.0]})
     assert "workload" in msg and "batch_weights" in msg
