@@ -285,19 +285,14 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_check_pair(args: argparse.Namespace) -> int:
     from tuner.study.heads import check_head, is_head
-    from tuner.study.hub import HubModelMissing, local_checkpoint
+    from tuner.study.hub import model_folder
     from tuner.study.pair_check import compare_pair, render
-    from tuner.study.spec import local_path_missing, resolve_model
+    from tuner.study.spec import resolve_model
 
     target, draft = resolve_model(args.target), resolve_model(args.draft)
     local: dict[str, str] = {}
     for flag, path in (("--target", target), ("--draft", draft)):
-        if local_path_missing(path):
-            raise UserError(f"{flag}: {path} does not exist; fix: give a checkpoint directory or demo:NAME")
-        try:
-            folder = local_checkpoint(path)
-        except HubModelMissing as exc:
-            raise UserError(f"{flag}: {exc}") from None
+        folder = model_folder(flag, path, "give a checkpoint directory or demo:NAME")
         if folder is None:
             raise UserError(
                 f"{flag}: {path} is not in the local Hugging Face cache and the hub could not be reached; "

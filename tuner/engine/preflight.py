@@ -13,7 +13,7 @@ from tuner.errors import UserError
 from tuner.study import methods
 from tuner.study.config import StudyConfig
 from tuner.study.space import candidate_names, find_candidate
-from tuner.study.spec import local_path_missing, resolve_model, study_models, study_uses_demo
+from tuner.study.spec import resolve_model, study_models, study_uses_demo
 
 # Study user attribute: {candidate: why pre-flight removed it}, so that the report can say so offline.
 REJECTED_ATTR = "preflight_rejected"
@@ -43,7 +43,7 @@ def ensure_demo_models(config: StudyConfig) -> None:
 
 def run_preflight(config: StudyConfig) -> Preflight:
     ensure_demo_models(config)
-    check_models_exist(config)
+    folders = model_folders(config)
     target_path = resolve_model(config.target.model)
     allowed: list[str] = []
     rejected: dict[str, str] = {}
@@ -52,9 +52,9 @@ def run_preflight(config: StudyConfig) -> Preflight:
         found = find_candidate(config, name)
         reason = cpu_problem(found.extra) if found is not None and on_cpu else None
         if reason is None and found is not None and found.model:
-            reason = check_draft_pair(
-                target_path, resolve_model(found.model), config.target.trust_remote_code, found.method
-            )
+            target_dir, draft_dir = folders[target_path], folders[resolve_model(found.model)]
+            if target_dir and draft_dir:  # a hub id the hub could not be asked about is left to the engine
+                reason = check_draft_pair(target_dir, draft_dir, config.target.trust_remote_code, found.method)
         if reason:
             rejected[name] = reason
         else:
@@ -87,23 +87,23 @@ def run_preflight(config: StudyConfig) -> Preflight:
     )
 
 
-def check_models_exist(config: StudyConfig) -> None:
-    """Every model is a folder that exists or a hub id that an engine here could load, before a check reads one."""
-    from tuner.study.hub import HubModelMissing, local_checkpoint
+def model_folders(config: StudyConfig) -> dict[str, str | None]:
+    """Each model's local folder by its resolved reference (None: a hub id the hub could not be asked about
+    now), found once for all the checks; a path that does not exist or a hub id that no engine here could
+    load stops the study, naming its field."""
+    from tuner.study.hub import model_folder
 
-    fields = [("target.model", config.target.model, "the path of a Hugging Face checkpoint")] + [
-        (f"candidates.{index}.model", c.model, "the path of a draft checkpoint (or demo:NAME)")
+    fields = [("target.model", config.target.model, "give the path of a Hugging Face checkpoint")] + [
+        (f"candidates.{index}.model", c.model, "give the path of a draft checkpoint (or demo:NAME)")
         for index, c in enumerate(config.candidates)
         if c.model
     ]
-    for field, ref, what in fields:
+    folders: dict[str, str | None] = {}
+    for field, ref, fix in fields:
         path = resolve_model(ref)
-        if local_path_missing(path):
-            raise UserError(f"{field}: {path} does not exist; fix: give {what}")
-        try:
-            local_checkpoint(path)
-        except HubModelMissing as exc:
-            raise UserError(f"{field}: {exc}") from None
+        if path not in folders:
+            folders[path] = model_folder(field, path, fix)
+    return folders
 
 
 def engine_args_probe(config: StudyConfig) -> dict[str, Any] | None:

@@ -123,10 +123,10 @@ class Candidate(StrictModel):
         problem = check_candidate(self.method, self.model, bool(self.num_speculative_tokens), bool(lookup))
         if problem:
             raise ValueError(problem)
-        low_min, high_max = self.prompt_lookup_min, self.prompt_lookup_max
-        if low_min and high_max and low_min.low > high_max.high:
+        lookup_min, lookup_max = self.prompt_lookup_min, self.prompt_lookup_max
+        if lookup_min and lookup_max and lookup_min.low > lookup_max.high:
             raise ValueError(
-                f"prompt_lookup_min from {low_min.low} is above prompt_lookup_max up to {high_max.high}: no n-gram "
+                f"prompt_lookup_min from {lookup_min.low} is above prompt_lookup_max up to {lookup_max.high}: no n-gram "
                 "window fits both; fix: lower prompt_lookup_min or raise prompt_lookup_max"
             )
         if self.num_speculative_tokens and self.num_speculative_tokens.high > MAX_SPECULATIVE_TOKENS:

@@ -29,6 +29,12 @@ def is_hub_id(model: str) -> bool:
     return bool(HUB_ID.match(model)) and not Path(model).exists()
 
 
+def local_path_missing(model: str) -> bool:
+    """True for a path-like model reference that does not exist (hub ids are not checked)."""
+    looks_local = model.startswith(("/", ".", "~")) or Path(model).exists()
+    return looks_local and not Path(model).expanduser().exists()
+
+
 class HubModelMissing(UserError):
     """A hub id that no engine on this machine could load either: offline and not cached, or not on the hub."""
 
@@ -60,3 +66,14 @@ def local_checkpoint(model: str) -> str | None:
     # No network, a server error, a timeout (httpx's errors are not the hub's): the engine will say.
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError, RuntimeError):
         return None
+
+
+def model_folder(field: str, model: str, fix: str) -> str | None:
+    """``local_checkpoint`` of a model the user named in ``field``: a UserError naming the field for a path
+    that does not exist (``fix`` says what to give) or a hub id that no engine here could load."""
+    if local_path_missing(model):
+        raise UserError(f"{field}: {model} does not exist; fix: {fix}")
+    try:
+        return local_checkpoint(model)
+    except HubModelMissing as exc:
+        raise UserError(f"{field}: {exc}") from None

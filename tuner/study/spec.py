@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -123,9 +122,3 @@ def study_uses_demo(study: StudyConfig) -> bool:
     from tuner.models.demo import is_demo_ref
 
     return any(is_demo_ref(m) for m in study_models(study))
-
-
-def local_path_missing(model: str) -> bool:
-    """True for a path-like model reference that does not exist (hub ids are not checked)."""
-    looks_local = model.startswith(("/", ".", "~")) or Path(model).exists()
-    return looks_local and not Path(model).expanduser().exists()
